@@ -1,0 +1,81 @@
+/* TensorImpl geometry and the core creation functions (empty, from_blob, make_view). */
+#include "core/tensor.h"
+
+namespace loom {
+
+TensorImpl::TensorImpl(Storage storage, DimVector sizes, DimVector strides, int64_t storage_offset, DType dtype)
+    : storage_(std::move(storage)),
+      sizes_(std::move(sizes)),
+      strides_(std::move(strides)),
+      storage_offset_(storage_offset),
+      dtype_(dtype) {
+  refresh();
+}
+
+void TensorImpl::set_geometry(DimVector sizes, DimVector strides, int64_t storage_offset) {
+  sizes_ = std::move(sizes);
+  strides_ = std::move(strides);
+  storage_offset_ = storage_offset;
+  refresh();
+}
+
+void TensorImpl::refresh() {
+  numel_ = shape_numel(sizes_);
+  // Contiguous = row-major order; dims of size 1 may have any stride (as in PyTorch).
+  is_contiguous_ = true;
+  int64_t expected = 1;
+  for (size_t i = sizes_.size(); i-- > 0;) {
+    if (sizes_[i] == 1) continue;
+    if (strides_[i] != expected) {
+      is_contiguous_ = numel_ == 0;
+      break;
+    }
+    expected *= sizes_[i];
+  }
+}
+
+int64_t Tensor::size(int64_t dim) const {
+  return sizes()[static_cast<size_t>(wrap_dim(dim, this->dim(), "size"))];
+}
+
+int64_t Tensor::stride(int64_t dim) const {
+  return strides()[static_cast<size_t>(wrap_dim(dim, this->dim(), "stride"))];
+}
+
+Tensor empty(IntArrayRef sizes, TensorOptions options) {
+  int64_t n = shape_numel(sizes);
+  auto storage = std::make_shared<StorageImpl>(static_cast<size_t>(n) * dtype_size(options.dtype()),
+                                               options.device());
+  return Tensor(std::make_shared<TensorImpl>(std::move(storage), DimVector(sizes), contiguous_strides(sizes), 0,
+                                             options.dtype()));
+}
+
+Tensor from_blob(void* data, IntArrayRef sizes, IntArrayRef strides, TensorOptions options,
+                 std::function<void(void*)> deleter) {
+  LOOM_CHECK(sizes.size() == strides.size(), "from_blob: ", sizes.size(), " sizes but ", strides.size(),
+             " strides");
+  LOOM_CHECK(data != nullptr || shape_numel(sizes) == 0, "from_blob: null data pointer for shape ", sizes);
+  // Span of elements reachable from the first one (strides may be negative only in views).
+  int64_t extent = 1;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    LOOM_CHECK(strides[i] >= 0, "from_blob: negative stride ", strides[i]);
+    if (sizes[i] == 0) extent = 0;
+    if (extent) extent += (sizes[i] - 1) * strides[i];
+  }
+  if (shape_numel(sizes) == 0) extent = 0;
+  auto storage = std::make_shared<StorageImpl>(data, static_cast<size_t>(extent) * dtype_size(options.dtype()),
+                                               options.device(), std::move(deleter));
+  return Tensor(std::make_shared<TensorImpl>(std::move(storage), DimVector(sizes), DimVector(strides), 0,
+                                             options.dtype()));
+}
+
+Tensor from_blob(void* data, IntArrayRef sizes, TensorOptions options, std::function<void(void*)> deleter) {
+  return from_blob(data, sizes, contiguous_strides(sizes), options, std::move(deleter));
+}
+
+Tensor make_view(const Tensor& base, IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset) {
+  return Tensor(std::make_shared<TensorImpl>(base.storage(), DimVector(sizes), DimVector(strides), storage_offset,
+                                             base.dtype()));
+}
+
+}  // namespace loom

@@ -1,0 +1,311 @@
+/*
+ * loom::Tensor: a handle (shared, like torch::Tensor) to a TensorImpl — a storage plus
+ * sizes, strides, an element offset, a dtype and a device. Views share the storage.
+ *
+ * This header declares the whole method API so that user code reads like libtorch
+ * (x.matmul(w).relu().sum()). The methods that only read metadata are defined in core; those
+ * that compute are thin forwards to the free functions of the ops layer (ops/ops.h), which
+ * validate their inputs and dispatch to a kernel. A program that calls them links loom_ops.
+ */
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/scalar.h"
+#include "core/shape.h"
+#include "core/storage.h"
+#include "core/tensor_options.h"
+
+namespace loom {
+
+// Autograd keeps its per-tensor state (grad, grad_fn, requires_grad) behind this interface so
+// that core does not depend on the autograd layer.
+struct AutogradMetaInterface {
+  virtual ~AutogradMetaInterface() = default;
+};
+
+class TensorImpl {
+ public:
+  TensorImpl(Storage storage, DimVector sizes, DimVector strides, int64_t storage_offset, DType dtype);
+
+  const Storage& storage() const { return storage_; }
+  IntArrayRef sizes() const { return sizes_; }
+  IntArrayRef strides() const { return strides_; }
+  int64_t storage_offset() const { return storage_offset_; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return storage_->device(); }
+  int64_t numel() const { return numel_; }
+  bool is_contiguous() const { return is_contiguous_; }
+  void* data() const {
+    return static_cast<char*>(storage_->data()) + storage_offset_ * static_cast<int64_t>(dtype_size(dtype_));
+  }
+
+  // Re-points this impl at new geometry over the same storage (used by in-place resizes).
+  void set_geometry(DimVector sizes, DimVector strides, int64_t storage_offset);
+
+  AutogradMetaInterface* autograd_meta() const { return autograd_meta_.get(); }
+  void set_autograd_meta(std::unique_ptr<AutogradMetaInterface> meta) { autograd_meta_ = std::move(meta); }
+
+ private:
+  void refresh();
+
+  Storage storage_;
+  DimVector sizes_;
+  DimVector strides_;
+  int64_t storage_offset_;
+  int64_t numel_ = 0;
+  DType dtype_;
+  bool is_contiguous_ = true;
+  std::unique_ptr<AutogradMetaInterface> autograd_meta_;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined: defined() is false
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- metadata (core) ------------------------------------------------------
+  bool defined() const { return impl_ != nullptr; }
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  IntArrayRef sizes() const { return checked().sizes(); }
+  IntArrayRef strides() const { return checked().strides(); }
+  int64_t size(int64_t dim) const;
+  int64_t stride(int64_t dim) const;
+  int64_t dim() const { return static_cast<int64_t>(checked().sizes().size()); }
+  int64_t numel() const { return checked().numel(); }
+  DType dtype() const { return checked().dtype(); }
+  DType scalar_type() const { return dtype(); }
+  Device device() const { return checked().device(); }
+  TensorOptions options() const { return TensorOptions(dtype()).device(device()); }
+  bool is_cpu() const { return device().is_cpu(); }
+  bool is_cuda() const { return device().is_cuda(); }
+  bool is_floating_point() const { return is_floating(dtype()); }
+  bool is_contiguous() const { return checked().is_contiguous(); }
+  size_t element_size() const { return dtype_size(dtype()); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
+  const Storage& storage() const { return checked().storage(); }
+  int64_t storage_offset() const { return checked().storage_offset(); }
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+  // True when both tensors view the same storage.
+  bool shares_storage(const Tensor& other) const { return storage() == other.storage(); }
+  uint64_t version() const { return storage()->version(); }
+
+  void* data_ptr() const { return checked().data(); }
+  // Typed pointer to the first element; throws if T does not match the dtype.
+  template <class T>
+  T* data_ptr() const {
+    LOOM_CHECK(dtype_of<T> == dtype(), "data_ptr<", dtype_of<T>, ">() called on a ", dtype(), " tensor");
+    return static_cast<T*>(checked().data());
+  }
+
+  // ---- views (ops/view_ops.h) -------------------------------------------------
+  Tensor view(IntArrayRef sizes) const;  // one size may be -1; throws if strides forbid a view
+  Tensor view_as(const Tensor& other) const { return view(other.sizes()); }
+  Tensor reshape(IntArrayRef sizes) const;  // a view when possible, else a contiguous copy
+  Tensor reshape_as(const Tensor& other) const { return reshape(other.sizes()); }
+  Tensor as_strided(IntArrayRef sizes, IntArrayRef strides, std::optional<int64_t> storage_offset = {}) const;
+  Tensor permute(IntArrayRef dims) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const;  // 2-D transpose (0-D and 1-D return themselves)
+  Tensor slice(int64_t dim, std::optional<int64_t> start = {}, std::optional<int64_t> end = {},
+               int64_t step = 1) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor operator[](int64_t index) const { return select(0, index); }
+  Tensor expand(IntArrayRef sizes) const;  // -1 keeps a size; new leading dims allowed
+  Tensor expand_as(const Tensor& other) const { return expand(other.sizes()); }
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor unflatten(int64_t dim, IntArrayRef sizes) const;
+  Tensor contiguous() const;  // itself when already contiguous
+  std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
+  std::vector<Tensor> split_with_sizes(IntArrayRef split_sizes, int64_t dim = 0) const;
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
+
+  // ---- conversion and copies (ops/copy_ops.h) ------------------------------------
+  Tensor to(DType dtype) const;  // itself when the dtype already matches
+  Tensor to(Device device) const;
+  Tensor to(Device device, DType dtype) const;
+  Tensor clone() const;  // contiguous copy
+  Tensor& copy_(const Tensor& src);  // broadcasts src to this, converting dtype
+  Tensor& fill_(Scalar value);
+  Tensor& zero_();
+  Scalar item() const;  // the value of a one-element tensor
+  template <class T>
+  T item() const {
+    return item().to<T>();
+  }
+  // All elements in row-major order, converted to T (tests and tools).
+  template <class T>
+  std::vector<T> to_vector() const;
+
+  // ---- elementwise (ops/elementwise.h) -------------------------------------------
+  Tensor add(const Tensor& other, Scalar alpha = 1) const;
+  Tensor add(Scalar other) const;
+  Tensor sub(const Tensor& other, Scalar alpha = 1) const;
+  Tensor sub(Scalar other) const;
+  Tensor mul(const Tensor& other) const;
+  Tensor mul(Scalar other) const;
+  Tensor div(const Tensor& other) const;
+  Tensor div(Scalar other) const;
+  Tensor pow(const Tensor& exponent) const;
+  Tensor pow(Scalar exponent) const;
+  Tensor maximum(const Tensor& other) const;
+  Tensor minimum(const Tensor& other) const;
+  Tensor neg() const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor log1p() const;
+  Tensor sqrt() const;
+  Tensor rsqrt() const;
+  Tensor abs() const;
+  Tensor sign() const;
+  Tensor sin() const;
+  Tensor cos() const;
+  Tensor tanh() const;
+  Tensor sigmoid() const;
+  Tensor relu() const;
+  Tensor gelu(std::string_view approximate = "none") const;
+  Tensor silu() const;
+  Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max = {}) const;
+  Tensor eq(const Tensor& other) const;
+  Tensor eq(Scalar other) const;
+  Tensor ne(const Tensor& other) const;
+  Tensor ne(Scalar other) const;
+  Tensor lt(const Tensor& other) const;
+  Tensor lt(Scalar other) const;
+  Tensor le(const Tensor& other) const;
+  Tensor le(Scalar other) const;
+  Tensor gt(const Tensor& other) const;
+  Tensor gt(Scalar other) const;
+  Tensor ge(const Tensor& other) const;
+  Tensor ge(Scalar other) const;
+  Tensor logical_and(const Tensor& other) const;
+  Tensor logical_or(const Tensor& other) const;
+  Tensor logical_not() const;
+  Tensor masked_fill(const Tensor& mask, Scalar value) const;
+
+  // In place: the result is converted to this tensor's dtype (an error when that would lose
+  // the category, e.g. a float result into an int tensor, as in PyTorch).
+  Tensor& add_(const Tensor& other, Scalar alpha = 1);
+  Tensor& add_(Scalar other);
+  Tensor& sub_(const Tensor& other, Scalar alpha = 1);
+  Tensor& sub_(Scalar other);
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(Scalar other);
+  Tensor& div_(const Tensor& other);
+  Tensor& div_(Scalar other);
+  Tensor& pow_(Scalar exponent);
+  Tensor& neg_();
+  Tensor& exp_();
+  Tensor& log_();
+  Tensor& sqrt_();
+  Tensor& abs_();
+  Tensor& tanh_();
+  Tensor& sigmoid_();
+  Tensor& relu_();
+  Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = {});
+  Tensor& masked_fill_(const Tensor& mask, Scalar value);
+
+  // ---- reductions (ops/reduction.h); empty dims = all dims ---------------------------
+  Tensor sum(IntArrayRef dims = {}, bool keepdim = false) const;
+  Tensor mean(IntArrayRef dims = {}, bool keepdim = false) const;
+  Tensor prod(IntArrayRef dims = {}, bool keepdim = false) const;
+  Tensor amax(IntArrayRef dims = {}, bool keepdim = false) const;
+  Tensor amin(IntArrayRef dims = {}, bool keepdim = false) const;
+  Tensor max() const;  // of all elements
+  Tensor min() const;
+  std::tuple<Tensor, Tensor> max(int64_t dim, bool keepdim = false) const;  // values, indices
+  std::tuple<Tensor, Tensor> min(int64_t dim, bool keepdim = false) const;
+  Tensor argmax(std::optional<int64_t> dim = {}, bool keepdim = false) const;
+  Tensor argmin(std::optional<int64_t> dim = {}, bool keepdim = false) const;
+  Tensor var(IntArrayRef dims = {}, int64_t correction = 1, bool keepdim = false) const;
+  Tensor std(IntArrayRef dims = {}, int64_t correction = 1, bool keepdim = false) const;
+  Tensor logsumexp(IntArrayRef dims, bool keepdim = false) const;
+  Tensor norm(double p = 2.0, IntArrayRef dims = {}, bool keepdim = false) const;
+
+  // ---- linear algebra and nn (ops/linalg.h, ops/nn_ops.h) -------------------------------
+  Tensor matmul(const Tensor& other) const;
+  Tensor mm(const Tensor& other) const;
+  Tensor bmm(const Tensor& other) const;
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+
+  // ---- indexing and shape (ops/shape_ops.h) --------------------------------------------
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+  Tensor gather(int64_t dim, const Tensor& index) const;
+  Tensor scatter_add(int64_t dim, const Tensor& index, const Tensor& src) const;
+  Tensor tril(int64_t diagonal = 0) const;
+  Tensor triu(int64_t diagonal = 0) const;
+  Tensor repeat(IntArrayRef repeats) const;
+  Tensor flip(IntArrayRef dims) const;
+
+  // ---- compound assignment -------------------------------------------------------------
+  Tensor& operator+=(const Tensor& other) { return add_(other); }
+  Tensor& operator+=(Scalar other) { return add_(other); }
+  Tensor& operator-=(const Tensor& other) { return sub_(other); }
+  Tensor& operator-=(Scalar other) { return sub_(other); }
+  Tensor& operator*=(const Tensor& other) { return mul_(other); }
+  Tensor& operator*=(Scalar other) { return mul_(other); }
+  Tensor& operator/=(const Tensor& other) { return div_(other); }
+  Tensor& operator/=(Scalar other) { return div_(other); }
+
+ private:
+  const TensorImpl& checked() const {
+    LOOM_CHECK(impl_ != nullptr, "operation on an undefined tensor");
+    return *impl_;
+  }
+
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor host = to(kCPU).to(dtype_of<T>).contiguous();
+  const T* p = host.data_ptr<T>();
+  return std::vector<T>(p, p + host.numel());
+}
+
+// ---- arithmetic operators (ops/elementwise.cpp) ---------------------------------------------
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, Scalar b);
+Tensor operator+(Scalar a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, Scalar b);
+Tensor operator-(Scalar a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, Scalar b);
+Tensor operator*(Scalar a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, Scalar b);
+Tensor operator/(Scalar a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+
+// ---- creation (core) -------------------------------------------------------------------
+// An uninitialised contiguous tensor.
+Tensor empty(IntArrayRef sizes, TensorOptions options = {});
+// A tensor over existing memory, which must outlive it unless `deleter` takes ownership.
+Tensor from_blob(void* data, IntArrayRef sizes, TensorOptions options = {},
+                 std::function<void(void*)> deleter = {});
+Tensor from_blob(void* data, IntArrayRef sizes, IntArrayRef strides, TensorOptions options = {},
+                 std::function<void(void*)> deleter = {});
+// A view of `base`'s storage with the given geometry (no bounds check beyond the storage).
+Tensor make_view(const Tensor& base, IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset);
+
+// Prints like PyTorch: tensor([[1.0000, 2.0000], ...], dtype=...), eliding the middle of
+// large tensors (ops/print.cpp).
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+}  // namespace loom

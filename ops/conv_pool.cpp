@@ -1,0 +1,2 @@
+/* conv_pool ops (being written). */
+#include "ops/ops.h"

@@ -1,0 +1,29 @@
+/*
+ * Registration of the CPU kernels, one function per op family (each defined in its
+ * ops/cpu/<family>_kernels.cpp). register_cpu_kernels() calls them all.
+ */
+#pragma once
+
+namespace loom::cpu {
+
+void register_copy_kernels();
+void register_elementwise_kernels();
+void register_reduction_kernels();
+void register_linalg_kernels();
+void register_conv_pool_kernels();
+void register_norm_kernels();
+void register_nn_kernels();
+void register_shape_kernels();
+
+inline void register_cpu_kernels() {
+  register_copy_kernels();
+  register_elementwise_kernels();
+  register_reduction_kernels();
+  register_linalg_kernels();
+  register_conv_pool_kernels();
+  register_norm_kernels();
+  register_nn_kernels();
+  register_shape_kernels();
+}
+
+}  // namespace loom::cpu

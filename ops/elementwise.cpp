@@ -1,0 +1,2 @@
+/* elementwise ops (being written). */
+#include "ops/ops.h"

@@ -1,0 +1,130 @@
+/*
+ * Kernel signatures, one per op family. The ops layer validates inputs, allocates outputs
+ * and brings inputs to the form a kernel expects (see each comment); kernels only compute.
+ * Tensors are passed as const handles: a kernel writes through `out`'s data pointer.
+ * Strides may be anything (including 0 for broadcast inputs) unless a comment says otherwise.
+ */
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace loom {
+
+// Views and composite ops have no kernel.
+using NoKernel = void (*)();
+
+// ---- elementwise: inputs already expanded to out's shape and converted to the compute dtype;
+// out has the result dtype (bool for comparisons and logical ops).
+using UnaryKernel = void (*)(const Tensor& out, const Tensor& in);
+using BinaryKernel = void (*)(const Tensor& out, const Tensor& a, const Tensor& b);
+using WhereKernel = void (*)(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b);
+using GeluKernel = void (*)(const Tensor& out, const Tensor& in, bool tanh_approximation);
+using ClampKernel = void (*)(const Tensor& out, const Tensor& in, const Scalar* min, const Scalar* max);
+
+// ---- copies and fills
+// dst and src have the same shape; any dtypes (converted, 16-bit floats round to nearest even).
+using CopyKernel = void (*)(const Tensor& dst, const Tensor& src);
+using FillKernel = void (*)(const Tensor& dst, Scalar value);
+// out[i] = start + i * step for the row-major index i of a contiguous out.
+using ArangeKernel = void (*)(const Tensor& out, double start, double step);
+// Counter-based random fills of a contiguous out; element i depends only on (seed, offset, i).
+// uniform: U[a, b); normal: N(a, b^2); randint: integers in [a, b); bernoulli: 1 with probability a.
+using RandomKernel = void (*)(const Tensor& out, double a, double b, uint64_t seed, uint64_t offset);
+
+// ---- reductions: out has in's rank with the reduced dims of size 1 (keepdim shape); dims are
+// sorted, unique and non-negative; dtype of out is the result dtype.
+using ReduceKernel = void (*)(const Tensor& out, const Tensor& in, IntArrayRef dims);
+using VarKernel = void (*)(const Tensor& out, const Tensor& in, IntArrayRef dims, int64_t correction);
+// values/indices have in's rank with `dim` of size 1; indices are int64.
+using ArgReduceKernel = void (*)(const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim);
+
+// ---- linear algebra: a [B, M, K], b [B, K, N], out [B, M, N] (all 3-D, any strides, one dtype);
+// bias is undefined or [N], broadcast over rows.
+using MatmulKernel = void (*)(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias);
+
+// ---- convolution and pooling on NCHW tensors
+struct Conv2dParams {
+  std::array<int64_t, 2> stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  int64_t groups = 1;
+};
+struct Pool2dParams {
+  std::array<int64_t, 2> kernel{1, 1}, stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  bool ceil_mode = false;
+  bool count_include_pad = true;  // avg pool only
+};
+// out [N, Cout, Ho, Wo]; x [N, Cin, H, W]; w [Cout, Cin/groups, kh, kw]; bias undefined or [Cout].
+using Conv2dKernel = void (*)(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
+                              const Conv2dParams& p);
+using Conv2dBackwardInputKernel = void (*)(const Tensor& grad_input, const Tensor& grad_out, const Tensor& w,
+                                           const Conv2dParams& p);
+// grad_bias may be undefined (no bias).
+using Conv2dBackwardWeightKernel = void (*)(const Tensor& grad_weight, const Tensor& grad_bias,
+                                            const Tensor& grad_out, const Tensor& x, const Conv2dParams& p);
+// indices (int64, flat h*W+w within each plane, as PyTorch) is defined for max pooling.
+using Pool2dKernel = void (*)(const Tensor& out, const Tensor& indices, const Tensor& x, const Pool2dParams& p);
+using Pool2dBackwardKernel = void (*)(const Tensor& grad_input, const Tensor& grad_out, const Tensor& indices,
+                                      const Pool2dParams& p);
+// out [N, C, Ho, Wo] with PyTorch's adaptive bins over x [N, C, H, W].
+using AdaptivePoolKernel = void (*)(const Tensor& out, const Tensor& x);
+using AdaptivePoolBackwardKernel = void (*)(const Tensor& grad_input, const Tensor& grad_out);
+
+// ---- normalisation
+// x [N, C, *]; weight/bias/running stats undefined or [C]; save_mean/save_invstd [C] (f32/f64).
+// In training the batch statistics are used and the running stats (if defined) updated with
+// momentum and the unbiased variance; in eval the running stats are used.
+using BatchNormKernel = void (*)(const Tensor& out, const Tensor& save_mean, const Tensor& save_invstd,
+                                 const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                 const Tensor& running_mean, const Tensor& running_var, bool training,
+                                 double momentum, double eps);
+// grad_weight/grad_bias may be undefined (not wanted).
+using BatchNormBackwardKernel = void (*)(const Tensor& grad_input, const Tensor& grad_weight,
+                                         const Tensor& grad_bias, const Tensor& grad_out, const Tensor& x,
+                                         const Tensor& weight, const Tensor& save_mean,
+                                         const Tensor& save_invstd);
+// x viewed as [M, D] (D = product of the normalized shape, contiguous); mean/rstd [M] (f32/f64);
+// weight/bias undefined or [D].
+using LayerNormKernel = void (*)(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                                 const Tensor& weight, const Tensor& bias, double eps);
+using LayerNormBackwardKernel = void (*)(const Tensor& grad_input, const Tensor& grad_weight,
+                                         const Tensor& grad_bias, const Tensor& grad_out, const Tensor& x,
+                                         const Tensor& mean, const Tensor& rstd, const Tensor& weight);
+
+// ---- softmax family: along `dim` of out/x (same shape)
+using SoftmaxKernel = void (*)(const Tensor& out, const Tensor& x, int64_t dim);
+using SoftmaxBackwardKernel = void (*)(const Tensor& grad_input, const Tensor& grad_out, const Tensor& out,
+                                       int64_t dim);
+
+// ---- losses: logp [N, C], target [N] int64, weight undefined or [C];
+// out 0-dim (mean/sum) or [N] (none); total_weight 0-dim (sum of weights of counted targets).
+enum class Reduction : int64_t { None = 0, Mean = 1, Sum = 2 };
+using NllLossKernel = void (*)(const Tensor& out, const Tensor& total_weight, const Tensor& logp,
+                               const Tensor& target, const Tensor& weight, Reduction reduction,
+                               int64_t ignore_index);
+using NllLossBackwardKernel = void (*)(const Tensor& grad_logp, const Tensor& grad_out, const Tensor& target,
+                                       const Tensor& weight, const Tensor& total_weight, Reduction reduction,
+                                       int64_t ignore_index);
+
+// ---- indexing and shape
+// out = inputs concatenated along dim (inputs share out's dtype, sizes checked).
+using CatKernel = void (*)(const Tensor& out, const std::vector<Tensor>& inputs, int64_t dim);
+// index: 1-D int64 (index_select, index_add) or in's rank (gather, scatter_add), values checked.
+using IndexSelectKernel = void (*)(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index);
+using GatherKernel = void (*)(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index);
+// out (already holding self's values) += src at index along dim.
+using ScatterAddKernel = void (*)(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src);
+using IndexAddKernel = void (*)(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src);
+// Keeps elements with col - row <= diagonal (tril) / >= diagonal (triu) of the last two dims.
+using TriangleKernel = void (*)(const Tensor& out, const Tensor& in, int64_t diagonal);
+using FlipKernel = void (*)(const Tensor& out, const Tensor& in, IntArrayRef dims);
+// pads: (left, right) pairs starting from the last dim, as torch.nn.functional.pad.
+enum class PadMode : int64_t { Constant = 0, Reflect = 1 };
+using PadKernel = void (*)(const Tensor& out, const Tensor& in, IntArrayRef pads, PadMode mode, double value);
+// Gradient of pad: grad_input [in's shape] from grad_out (reflect mode accumulates).
+using PadBackwardKernel = void (*)(const Tensor& grad_input, const Tensor& grad_out, IntArrayRef pads,
+                                   PadMode mode);
+
+}  // namespace loom

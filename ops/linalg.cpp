@@ -1,0 +1,2 @@
+/* linalg ops (being written). */
+#include "ops/ops.h"

@@ -1,0 +1,2 @@
+/* nn_ops ops (being written). */
+#include "ops/ops.h"

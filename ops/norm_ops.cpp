@@ -1,0 +1,2 @@
+/* norm_ops ops (being written). */
+#include "ops/ops.h"

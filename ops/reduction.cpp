@@ -1,0 +1,2 @@
+/* reduction ops (being written). */
+#include "ops/ops.h"

@@ -1,0 +1,2 @@
+/* shape_ops ops (being written). */
+#include "ops/ops.h"
