@@ -127,11 +127,23 @@ CpuCachingAllocator& cpu_caching_allocator() {
   return *instance;
 }
 
+}  // namespace
+
+#if LOOM_WITH_CUDA
+namespace cuda {
+Allocator* device_allocator();  // core/cuda/cuda_device.cpp
+}
+#endif
+
+namespace {
 std::array<Allocator*, kNumDeviceTypes>& registry() {
+#if LOOM_WITH_CUDA
+  static std::array<Allocator*, kNumDeviceTypes> allocators{&cpu_caching_allocator(), cuda::device_allocator()};
+#else
   static std::array<Allocator*, kNumDeviceTypes> allocators{&cpu_caching_allocator(), nullptr};
+#endif
   return allocators;
 }
-
 }  // namespace
 
 Allocator* cpu_allocator() { return &cpu_caching_allocator(); }

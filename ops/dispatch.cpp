@@ -4,6 +4,9 @@
 #include <mutex>
 
 #include "ops/cpu/cpu_kernels.h"
+#if LOOM_WITH_CUDA
+#include "ops/cuda/cuda_kernels.h"
+#endif
 
 namespace loom {
 
@@ -11,6 +14,9 @@ void ensure_kernels_registered() {
   static std::once_flag once;
   std::call_once(once, [] {
     cpu::register_cpu_kernels();
+#if LOOM_WITH_CUDA
+    cuda::register_cuda_kernels();
+#endif
   });
 }
 

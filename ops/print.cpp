@@ -90,7 +90,7 @@ void print_rec(std::string& s, const Tensor& t, const Formatter& f, bool is_bool
       }
     }
     if (idx[k] < 0) {
-      s += "...";
+      s += t.dim() == 1 ? " ..." : "...";
       continue;
     }
     print_rec(s, select(t, 0, idx[k]), f, is_bool, summarize, indent + 1, values, pos);
@@ -139,9 +139,9 @@ std::ostream& operator<<(std::ostream& os, const Tensor& tensor) {
   }
   if (tensor.is_cuda()) s += ", device='" + tensor.device().str() + "'";
   if (t.numel() == 0 && t.dim() > 1) {
-    std::ostringstream shape;
-    shape << t.sizes();
-    s += ", size=" + shape.str();
+    s += ", size=(";
+    for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.sizes()[i]);
+    s += ")";
   }
   DType d = t.dtype();
   if (d != DType::Float32 && d != DType::Int64 && d != DType::Bool) s += ", dtype=" + std::string(dtype_name(d));

@@ -1,0 +1,83 @@
+/*
+ * The bench cases. Shapes and metrics match the PyTorch anchors in ../shared/anchors/ so
+ * that both sides run the same workload:
+ *   matmul_f32_N        C = A B, square N x N float32, GFLOP/s = 2 N^3 / t
+ *   add_f32_16M         c = a + b over 16M float32, GB/s = 3 * 4 * 16M / t (2 reads, 1 write)
+ *   copy_f32_16M        the reference bandwidth: a plain parallel copy loop b[i] = a[i],
+ *                       GB/s = 2 * 4 * 16M / t; add should reach >= 80% of it
+ *   conv_CtoK_b32       conv 3x3, padding 1, batch 32, 32x32 input: forward + backward to
+ *                       the input + backward to weight and bias, images/s
+ *   softmax_f32_4096x4096  softmax over the last dim, GB/s = 2 * 4 * 4096^2 / t
+ */
+#include <omp.h>
+
+#include "ops/ops.h"
+#include "tools/bench/bench.h"
+
+namespace loom::bench {
+
+namespace {
+
+constexpr int64_t n16m = int64_t{16} << 20;
+
+BenchCase matmul_case(int64_t n) {
+  return {"matmul_f32_" + std::to_string(n), "gflops", "GFLOP/s", 1e9,
+          "square float32 matmul C = A B of size " + std::to_string(n), [n] {
+            Tensor a = randn({n, n}), b = randn({n, n});
+            return Workload{[a, b] { (void)matmul(a, b); }, 2.0 * n * n * n};
+          }};
+}
+
+BenchCase conv_case(int64_t cin, int64_t cout) {
+  std::string name = "conv_" + std::to_string(cin) + "to" + std::to_string(cout) + "_b32";
+  return {name, "images_per_s", "images/s", 1,
+          "conv2d 3x3 pad 1, batch 32, 32x32, forward + grad input + grad weight and bias", [cin, cout] {
+            const int64_t batch = 32;
+            Tensor x = randn({batch, cin, 32, 32});
+            Tensor w = randn({cout, cin, 3, 3}).mul(0.1), b = randn({cout});
+            Tensor grad_out = randn({batch, cout, 32, 32});
+            Conv2dParams p;
+            p.padding = {1, 1};
+            return Workload{[=] {
+                              (void)conv2d(x, w, b, p.stride, p.padding, p.dilation, p.groups);
+                              (void)conv2d_backward_input(grad_out, w, x.sizes(), p);
+                              (void)conv2d_backward_weight(grad_out, x, w.sizes(), true, p);
+                            },
+                            static_cast<double>(batch)};
+          }};
+}
+
+}  // namespace
+
+const std::vector<BenchCase>& all_cases() {
+  static const std::vector<BenchCase> cases = [] {
+    std::vector<BenchCase> c;
+    for (int64_t n : {256, 1024, 2048}) c.push_back(matmul_case(n));
+    c.push_back({"add_f32_16M", "gbytes_per_s", "GB/s", 1e9, "c = a + b, 16M float32 (3 x 64 MiB of traffic)", [=] {
+                   Tensor a = randn({n16m}), b = randn({n16m});
+                   return Workload{[a, b] { (void)add(a, b); }, 3.0 * 4 * n16m};
+                 }});
+    c.push_back({"copy_f32_16M", "gbytes_per_s", "GB/s", 1e9,
+                 "reference bandwidth: plain OpenMP copy loop b[i] = a[i], 16M float32", [=] {
+                   Tensor a = randn({n16m}), b = empty({n16m});
+                   const float* src = a.data_ptr<float>();
+                   float* dst = b.data_ptr<float>();
+                   return Workload{[a, b, src, dst] {
+#pragma omp parallel for schedule(static)
+                                     for (int64_t i = 0; i < n16m; ++i) dst[i] = src[i];
+                                   },
+                                   2.0 * 4 * n16m};
+                 }});
+    c.push_back(conv_case(3, 64));
+    c.push_back(conv_case(64, 64));
+    c.push_back({"softmax_f32_4096x4096", "gbytes_per_s", "GB/s", 1e9, "softmax over the last dim of 4096 x 4096 float32",
+                 [] {
+                   Tensor x = randn({4096, 4096});
+                   return Workload{[x] { (void)softmax(x, -1); }, 2.0 * 4 * 4096 * 4096};
+                 }});
+    return c;
+  }();
+  return cases;
+}
+
+}  // namespace loom::bench
