@@ -199,6 +199,7 @@ Tensor expand(const Tensor& x, IntArrayRef sizes) {
   for (int64_t i = n - 1; i >= 0; --i) {
     int64_t j = i - (n - nx);  // matching dim of x, or < 0 for a new leading dim
     int64_t target = sizes[i];
+    LOOM_CHECK(target >= -1, "expand: invalid size ", target, " in the target shape ", sizes);
     if (j >= 0) {
       int64_t have = x.sizes()[j];
       if (target == -1) target = have;
@@ -307,6 +308,8 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   LOOM_CHECK(chunks > 0, "chunk: number of chunks must be positive, got ", chunks);
   int64_t d = wrap_dim(dim, x.dim(), "chunk");
   int64_t size = x.sizes()[d];
+  // As PyTorch: an empty dim gives `chunks` empty parts (split would give one).
+  if (size == 0) return split_with_sizes(x, DimVector(static_cast<size_t>(chunks), 0), d);
   return split(x, std::max<int64_t>((size + chunks - 1) / chunks, 1), d);
 }
 
