@@ -35,11 +35,12 @@ using ArangeKernel = void (*)(const Tensor& out, double start, double step);
 // uniform: U[a, b); normal: N(a, b^2); randint: integers in [a, b); bernoulli: 1 with probability a.
 using RandomKernel = void (*)(const Tensor& out, double a, double b, uint64_t seed, uint64_t offset);
 
-// ---- reductions: out has in's rank with the reduced dims of size 1 (keepdim shape); dims are
-// sorted, unique and non-negative; dtype of out is the result dtype.
+// ---- reductions: out is contiguous, with in's rank and the reduced dims of size 1 (keepdim
+// shape); dims are sorted, unique and non-negative. out's dtype: sum/prod of integers and bool
+// int64; sum of a floating in: in's dtype, float32 or float64; everything else in's dtype.
 using ReduceKernel = void (*)(const Tensor& out, const Tensor& in, IntArrayRef dims);
 using VarKernel = void (*)(const Tensor& out, const Tensor& in, IntArrayRef dims, int64_t correction);
-// values/indices have in's rank with `dim` of size 1; indices are int64.
+// values/indices are contiguous, with in's rank and `dim` of size 1; indices are int64.
 using ArgReduceKernel = void (*)(const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim);
 
 // ---- linear algebra: a [B, M, K], b [B, K, N], out [B, M, N] (all 3-D, any strides, one dtype);
@@ -73,33 +74,37 @@ using AdaptivePoolKernel = void (*)(const Tensor& out, const Tensor& x);
 using AdaptivePoolBackwardKernel = void (*)(const Tensor& grad_input, const Tensor& grad_out);
 
 // ---- normalisation
-// x [N, C, *]; weight/bias/running stats undefined or [C]; save_mean/save_invstd [C] (f32/f64).
+// x, out, grad_out, grad_input contiguous. "Stats dtype": float32, or float64 for a float64 x.
+// x [N, C, *]; weight/bias undefined or contiguous [C] in the stats dtype; running stats
+// undefined or [C] of any floating dtype and stride; save_mean/save_invstd [C] (stats dtype).
 // In training the batch statistics are used and the running stats (if defined) updated with
-// momentum and the unbiased variance; in eval the running stats are used.
+// momentum and the unbiased variance; in eval the running stats are used (save_mean and
+// save_invstd are then computed from them).
 using BatchNormKernel = void (*)(const Tensor& out, const Tensor& save_mean, const Tensor& save_invstd,
                                  const Tensor& x, const Tensor& weight, const Tensor& bias,
                                  const Tensor& running_mean, const Tensor& running_var, bool training,
                                  double momentum, double eps);
-// grad_weight/grad_bias may be undefined (not wanted).
+// Training-mode gradient. grad_weight/grad_bias undefined (not wanted) or [C] in the stats dtype.
 using BatchNormBackwardKernel = void (*)(const Tensor& grad_input, const Tensor& grad_weight,
                                          const Tensor& grad_bias, const Tensor& grad_out, const Tensor& x,
                                          const Tensor& weight, const Tensor& save_mean,
                                          const Tensor& save_invstd);
-// x viewed as [M, D] (D = product of the normalized shape, contiguous); mean/rstd [M] (f32/f64);
-// weight/bias undefined or [D].
+// x viewed as [M, D] (D = product of the normalized shape, contiguous); mean/rstd [M] and
+// weight/bias (undefined or [D]) contiguous in the stats dtype; grad_weight/grad_bias likewise.
 using LayerNormKernel = void (*)(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
                                  const Tensor& weight, const Tensor& bias, double eps);
 using LayerNormBackwardKernel = void (*)(const Tensor& grad_input, const Tensor& grad_weight,
                                          const Tensor& grad_bias, const Tensor& grad_out, const Tensor& x,
                                          const Tensor& mean, const Tensor& rstd, const Tensor& weight);
 
-// ---- softmax family: along `dim` of out/x (same shape)
+// ---- softmax family: along `dim` (wrapped) of out/x, contiguous tensors of one shape and dtype
 using SoftmaxKernel = void (*)(const Tensor& out, const Tensor& x, int64_t dim);
 using SoftmaxBackwardKernel = void (*)(const Tensor& grad_input, const Tensor& grad_out, const Tensor& out,
                                        int64_t dim);
 
-// ---- losses: logp [N, C], target [N] int64, weight undefined or [C];
-// out 0-dim (mean/sum) or [N] (none); total_weight 0-dim (sum of weights of counted targets).
+// ---- losses: logp [N, C] (any strides), target [N] int64, weight undefined or [C] in logp's
+// dtype; out 0-dim (mean/sum) or [N] (none); total_weight 0-dim (sum of weights of counted
+// targets), logp's dtype. Kernels check target values. grad_logp contiguous and zero-filled.
 enum class Reduction : int64_t { None = 0, Mean = 1, Sum = 2 };
 using NllLossKernel = void (*)(const Tensor& out, const Tensor& total_weight, const Tensor& logp,
                                const Tensor& target, const Tensor& weight, Reduction reduction,

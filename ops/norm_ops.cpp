@@ -1,2 +1,209 @@
-/* norm_ops ops (being written). */
-#include "ops/ops.h"
+/*
+ * Batch and layer normalisation (see norm_ops.h): validation, allocation and dispatch.
+ *
+ * The kernels get contiguous inputs, and weight/bias converted to the statistics dtype
+ * (float32, or float64 for float64 inputs), so that 16-bit inputs may carry float32
+ * parameters; gradients of the parameters come back in the parameters' own dtype.
+ */
+#include "ops/norm_ops.h"
+
+#include <cmath>
+#include <sstream>
+#include <utility>
+
+#include "ops/copy_ops.h"
+#include "ops/dispatch.h"
+#include "ops/factories.h"
+#include "ops/op_utils.h"
+#include "ops/view_ops.h"
+
+namespace loom {
+
+namespace {
+
+// Statistics (mean, invstd) and parameters are kept in this dtype inside the kernels.
+DType stats_dtype(DType x) {
+  return x == kFloat64 ? kFloat64 : kFloat32;
+}
+
+// An optional parameter: undefined, or a floating tensor of shape `expected` on x's device.
+void check_param(const Tensor& p, const Tensor& x, IntArrayRef expected, std::string_view op,
+                 std::string_view what) {
+  if (!p.defined()) return;
+  check_same_device(p, x, op);
+  LOOM_CHECK(p.is_floating_point(), op, ": expected ", what, " to be floating point, got ", p.dtype());
+  LOOM_CHECK(p.sizes() == expected, op, ": expected ", what, " of shape ", expected, ", got ", p.sizes(),
+             " (input shape ", x.sizes(), ")");
+}
+
+// The parameter as the kernels want it: contiguous, in the stats dtype.
+Tensor as_stats(const Tensor& p, DType dtype) {
+  return p.defined() ? contiguous(to(p, dtype)) : Tensor();
+}
+
+// [N, C, *] input checks shared by batch_norm forward and backward.
+void check_batch_norm_input(const Tensor& x, std::string_view op) {
+  check_defined(x, op);
+  check_floating(x, op);
+  LOOM_CHECK(x.dim() >= 2, op, ": expected input of shape [N, C, *] (at least 2 dims), got ", x.sizes());
+}
+
+// Checks the trailing dims of x against normalized_shape; returns (M, D).
+std::pair<int64_t, int64_t> layer_norm_rows(const Tensor& x, IntArrayRef normalized_shape,
+                                            std::string_view op) {
+  LOOM_CHECK(!normalized_shape.empty(), op, ": expected normalized_shape to have at least 1 dim, got []");
+  const int64_t nd = static_cast<int64_t>(normalized_shape.size());
+  bool match = x.dim() >= nd;
+  for (int64_t i = 0; match && i < nd; ++i) match = x.sizes()[x.dim() - nd + i] == normalized_shape[i];
+  if (!match) {
+    std::ostringstream dims;
+    for (int64_t size : normalized_shape) dims << ", " << size;
+    LOOM_FAIL(op, ": given normalized_shape=", normalized_shape, ", expected input with shape [*", dims.str(),
+              "], got ", x.sizes());
+  }
+  int64_t m = 1, d = 1;
+  for (int64_t i = 0; i < x.dim(); ++i) (i < x.dim() - nd ? m : d) *= x.sizes()[i];
+  return {m, d};
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor, Tensor> batch_norm_forward(const Tensor& x, const Tensor& weight,
+                                                      const Tensor& bias, const Tensor& running_mean,
+                                                      const Tensor& running_var, bool training,
+                                                      double momentum, double eps) {
+  constexpr std::string_view op = "batch_norm";
+  check_batch_norm_input(x, op);
+  const int64_t channels = x.sizes()[1];
+  const DimVector c_shape{channels};
+  check_param(weight, x, c_shape, op, "weight");
+  check_param(bias, x, c_shape, op, "bias");
+  check_param(running_mean, x, c_shape, op, "running_mean");
+  check_param(running_var, x, c_shape, op, "running_var");
+  LOOM_CHECK(eps >= 0, op, ": expected eps >= 0, got ", eps);
+  if (training) {
+    LOOM_CHECK(channels == 0 || x.numel() / channels > 1, op,
+               ": Expected more than 1 value per channel when training, got input shape ", x.sizes());
+  } else {
+    LOOM_CHECK(running_mean.defined() && running_var.defined(), op,
+               ": running_mean and running_var must be defined in evaluation mode");
+  }
+  const DType sd = stats_dtype(x.dtype());
+  Tensor xc = contiguous(x);
+  Tensor out = empty(x.sizes(), x.options());
+  Tensor save_mean = empty(c_shape, x.options().dtype(sd));
+  Tensor save_invstd = empty(c_shape, x.options().dtype(sd));
+  get_kernel<Op::batch_norm>(x.device())(out, save_mean, save_invstd, xc, as_stats(weight, sd),
+                                         as_stats(bias, sd), running_mean, running_var, training, momentum,
+                                         eps);
+  if (training) {
+    if (running_mean.defined()) running_mean.storage()->bump_version();
+    if (running_var.defined()) running_var.storage()->bump_version();
+  }
+  return {out, save_mean, save_invstd};
+}
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, bool training, double momentum, double eps) {
+  return std::get<0>(batch_norm_forward(x, weight, bias, running_mean, running_var, training, momentum, eps));
+}
+
+std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& grad_out, const Tensor& x,
+                                                       const Tensor& weight, const Tensor& save_mean,
+                                                       const Tensor& save_invstd) {
+  constexpr std::string_view op = "batch_norm_backward";
+  check_batch_norm_input(x, op);
+  check_defined(grad_out, op, "grad_out");
+  check_same_device(grad_out, x, op);
+  LOOM_CHECK(grad_out.sizes() == x.sizes(), op, ": expected grad_out of the input's shape ", x.sizes(),
+             ", got ", grad_out.sizes());
+  const int64_t channels = x.sizes()[1];
+  const DimVector c_shape{channels};
+  check_defined(save_mean, op, "save_mean");
+  check_defined(save_invstd, op, "save_invstd");
+  check_param(weight, x, c_shape, op, "weight");
+  check_param(save_mean, x, c_shape, op, "save_mean");
+  check_param(save_invstd, x, c_shape, op, "save_invstd");
+  const DType sd = stats_dtype(x.dtype());
+  Tensor grad_input = empty(x.sizes(), x.options());
+  Tensor grad_weight, grad_bias;
+  if (weight.defined()) {
+    grad_weight = empty(c_shape, x.options().dtype(sd));
+    grad_bias = empty(c_shape, x.options().dtype(sd));
+  }
+  get_kernel<Op::batch_norm_backward>(x.device())(
+      grad_input, grad_weight, grad_bias, contiguous(to(grad_out, x.dtype())), contiguous(x),
+      as_stats(weight, sd), as_stats(save_mean, sd), as_stats(save_invstd, sd));
+  if (weight.defined()) {
+    grad_weight = to(grad_weight, weight.dtype());
+    grad_bias = to(grad_bias, weight.dtype());
+  }
+  return {grad_input, grad_weight, grad_bias};
+}
+
+std::tuple<Tensor, Tensor, Tensor> layer_norm_forward(const Tensor& x, IntArrayRef normalized_shape,
+                                                      const Tensor& weight, const Tensor& bias, double eps) {
+  constexpr std::string_view op = "layer_norm";
+  check_defined(x, op);
+  check_floating(x, op);
+  auto [m, d] = layer_norm_rows(x, normalized_shape, op);
+  check_param(weight, x, normalized_shape, op, "weight");
+  check_param(bias, x, normalized_shape, op, "bias");
+  LOOM_CHECK(eps >= 0, op, ": expected eps >= 0, got ", eps);
+  const DType sd = stats_dtype(x.dtype());
+  const DimVector lead(IntArrayRef(x.sizes().data(), x.sizes().size() - normalized_shape.size()));
+  Tensor out = empty(x.sizes(), x.options());
+  Tensor mean = empty(lead, x.options().dtype(sd));
+  Tensor rstd = empty(lead, x.options().dtype(sd));
+  if (x.numel() == 0) {  // no values to normalise: statistics are undefined
+    fill_(mean, NAN);
+    fill_(rstd, NAN);
+    return {out, mean, rstd};
+  }
+  get_kernel<Op::layer_norm>(x.device())(out.view({m, d}), mean.view({m}), rstd.view({m}),
+                                         contiguous(x).view({m, d}), as_stats(weight, sd), as_stats(bias, sd),
+                                         eps);
+  return {out, mean, rstd};
+}
+
+Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight, const Tensor& bias,
+                  double eps) {
+  return std::get<0>(layer_norm_forward(x, normalized_shape, weight, bias, eps));
+}
+
+std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& grad_out, const Tensor& x,
+                                                       IntArrayRef normalized_shape, const Tensor& mean,
+                                                       const Tensor& rstd, const Tensor& weight) {
+  constexpr std::string_view op = "layer_norm_backward";
+  check_defined(x, op);
+  check_floating(x, op);
+  check_defined(grad_out, op, "grad_out");
+  check_same_device(grad_out, x, op);
+  LOOM_CHECK(grad_out.sizes() == x.sizes(), op, ": expected grad_out of the input's shape ", x.sizes(),
+             ", got ", grad_out.sizes());
+  auto [m, d] = layer_norm_rows(x, normalized_shape, op);
+  check_defined(mean, op, "mean");
+  check_defined(rstd, op, "rstd");
+  check_same_device(mean, x, op);
+  check_same_device(rstd, x, op);
+  LOOM_CHECK(mean.numel() == m && rstd.numel() == m, op, ": expected mean and rstd with ", m,
+             " elements (the input's leading dims), got shapes ", mean.sizes(), " and ", rstd.sizes());
+  check_param(weight, x, normalized_shape, op, "weight");
+  const DType sd = stats_dtype(x.dtype());
+  Tensor grad_input = empty(x.sizes(), x.options());
+  Tensor grad_weight = empty(normalized_shape, x.options().dtype(sd));
+  Tensor grad_bias = empty(normalized_shape, x.options().dtype(sd));
+  if (x.numel() == 0) {
+    fill_(grad_weight, 0);
+    fill_(grad_bias, 0);
+  } else {
+    get_kernel<Op::layer_norm_backward>(x.device())(
+        grad_input.view({m, d}), grad_weight.view({d}), grad_bias.view({d}),
+        contiguous(to(grad_out, x.dtype())).view({m, d}), contiguous(x).view({m, d}),
+        as_stats(mean, sd).view({m}), as_stats(rstd, sd).view({m}), as_stats(weight, sd));
+  }
+  const DType param_dtype = weight.defined() ? weight.dtype() : x.dtype();
+  return {grad_input, to(grad_weight, param_dtype), to(grad_bias, param_dtype)};
+}
+
+}  // namespace loom

@@ -1,9 +1,399 @@
-/* CPU kernels: nn (being written). */
+/*
+ * CPU kernels for softmax, log_softmax, their backward functions, and the negative
+ * log-likelihood loss.
+ *
+ * The softmax family sees a contiguous tensor as [outer, D, inner] around `dim`.
+ *  - dim last (inner == 1): one row of D contiguous values at a time, parallel over rows:
+ *    max (Eigen), then one fused vectorised loop that stores exp(x - max) and sums it (a
+ *    polynomial exp for float, Eigen's for double), then a scale. The row stays in L1
+ *    between the passes, so memory sees one read of x and one write of out.
+ *  - other dims: a block of up to kBlock inner columns at a time; the D rows of the block
+ *    are walked three times (max, exp-sum, write) with unit stride over the columns.
+ * Numerically stable: softmax(x) = exp(x - max) / sum(exp(x - max)). 16-bit floats are
+ * converted to float row by row and accumulate in float; float64 stays in double.
+ */
+// GCC 12 reports its own _mm512_undefined_* intrinsics (inlined from Eigen's AVX-512 packet
+// math) as -Wuninitialized; the pragma covers the intrinsic headers, first included here.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <Eigen/Core>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "core/parallel.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/dispatch.h"
 
 namespace loom::cpu {
 
-void register_nn_kernels() {}
+namespace {
+
+template <class A>
+using ArrayMap = Eigen::Map<Eigen::Array<A, Eigen::Dynamic, 1>>;
+template <class A>
+using ConstArrayMap = Eigen::Map<const Eigen::Array<A, Eigen::Dynamic, 1>>;
+
+// Inner columns handled together when softmax runs along a non-last dim: 1 KiB of floats per
+// row keeps the hardware prefetchers and the TLB effective (narrower blocks that would fit
+// in L2 measured several times slower: every row of a block lies on another page).
+constexpr int64_t kBlock = 256;
+
+// [outer, D, inner] around dim of a contiguous tensor.
+struct DimGeometry {
+  int64_t outer = 1, size = 1, inner = 1;
+};
+
+DimGeometry geometry_around(const Tensor& t, int64_t dim) {
+  DimGeometry g;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (d < dim)
+      g.outer *= t.sizes()[d];
+    else if (d == dim)
+      g.size = t.sizes()[d];
+    else
+      g.inner *= t.sizes()[d];
+  }
+  return g;
+}
+
+// Rows of `row_len` elements per parallel chunk so that a chunk holds enough work.
+int64_t rows_grain(int64_t row_len) {
+  return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(row_len, 1));
+}
+
+// p as opmath values: p itself when T is already the compute type, else converted into buf.
+template <class A, class T>
+const A* load(const T* p, int64_t n, std::vector<A>& buf) {
+  if constexpr (std::is_same_v<T, A>) {
+    return p;
+  } else {
+    buf.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<A>(p[i]);
+    return buf.data();
+  }
+}
+
+// Where to compute a row of output: dst itself for the compute type, else buf (then store()).
+template <class A, class T>
+A* scratch(T* dst, int64_t n, std::vector<A>& buf) {
+  if constexpr (std::is_same_v<T, A>) {
+    return dst;
+  } else {
+    buf.resize(static_cast<size_t>(n));
+    return buf.data();
+  }
+}
+
+template <class A, class T>
+void store(T* dst, const A* src, int64_t n) {
+  if constexpr (!std::is_same_v<T, A>) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i]);
+  }
+}
+
+// ---- exp(x - m) and its sum over a row ----------------------------------------------------------
+// The last-dim softmax spends its time here. For float, one fused loop computes, stores and
+// sums exp(x - m) with a polynomial exp that GCC vectorises (OpenMP simd reduction): a pass
+// fewer than Eigen's exp followed by a sum. Arguments are <= 0 after the max is subtracted.
+
+// exp(x) = 2^k * exp(r), x = k ln2 + r, |r| <= ln2 / 2; exp(r) by its degree-7 Taylor-like
+// minimax polynomial (Cephes expf); max relative error ~1.2e-7. Below -87.3 (where 2^k would
+// leave the normal range) the result is 0; NaN stays NaN.
+#pragma omp declare simd notinbranch
+inline float exp_nonpositive(float x) {
+  constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693145751953125f,
+                  kLn2Lo = 1.428606765330187045e-6f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer in the low bits
+  const bool underflow = x < -87.3f;
+  const float xc = underflow ? -87.3f : x;
+  const float t = xc * kLog2e + kRound;
+  const float k = t - kRound;
+  const int32_t ki = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kRound);
+  float r = xc - k * kLn2Hi;
+  r = r - k * kLn2Lo;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const float two_k = std::bit_cast<float>((ki + 127) << 23);
+  return underflow ? 0.0f : p * two_k;
+}
+
+// out[i] = exp(x[i] - m); returns the sum.
+float exp_store_sum(float* __restrict out, const float* __restrict x, float m, int64_t n) {
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) {
+    const float e = exp_nonpositive(x[i] - m);
+    out[i] = e;
+    s += e;
+  }
+  return s;
+}
+double exp_store_sum(double* out, const double* x, double m, int64_t n) {
+  ArrayMap<double> o(out, n);
+  o = (ConstArrayMap<double>(x, n) - m).exp();
+  return o.sum();
+}
+
+// sum(exp(x[i] - m))
+float exp_sum(const float* __restrict x, float m, int64_t n) {
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += exp_nonpositive(x[i] - m);
+  return s;
+}
+double exp_sum(const double* x, double m, int64_t n) {
+  return (ConstArrayMap<double>(x, n) - m).exp().sum();
+}
+
+// ---- softmax / log_softmax forward ----------------------------------------------------------
+
+template <class T, bool kLog>
+void softmax_last_dim(T* out, const T* x, int64_t rows, int64_t n) {
+  using A = opmath_t<T>;
+  parallel_for(0, rows, rows_grain(n), [&](int64_t begin, int64_t end) {
+    std::vector<A> in_buf, out_buf;
+    for (int64_t r = begin; r < end; ++r) {
+      const A* xp = load<A>(x + r * n, n, in_buf);
+      ConstArrayMap<A> xr(xp, n);
+      A* o = scratch<A>(out + r * n, n, out_buf);
+      ArrayMap<A> yr(o, n);
+      const A m = xr.maxCoeff();
+      if constexpr (kLog) {
+        yr = xr - (m + std::log(exp_sum(xp, m, n)));
+      } else {
+        yr *= A(1) / exp_store_sum(o, xp, m, n);
+      }
+      store(out + r * n, o, n);
+    }
+  });
+}
+
+// Along a non-last dim: for each outer index, blocks of inner columns.
+template <class T, bool kLog>
+void softmax_inner_dim(T* out, const T* x, const DimGeometry& g) {
+  using A = opmath_t<T>;
+  const int64_t bw = std::min(kBlock, g.inner);
+  const int64_t blocks = (g.inner + bw - 1) / bw, tasks = g.outer * blocks;
+  const int64_t task_work = g.size * bw;
+  parallel_for(0, tasks, rows_grain(task_work), [&](int64_t begin, int64_t end) {
+    std::vector<A> row_buf, out_buf, max_buf, sum_buf;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t o = task / blocks, j0 = (task % blocks) * bw, w = std::min(bw, g.inner - j0);
+      const T* xb = x + o * g.size * g.inner + j0;
+      T* ob = out + o * g.size * g.inner + j0;
+      max_buf.assign(static_cast<size_t>(w), -std::numeric_limits<A>::infinity());
+      sum_buf.assign(static_cast<size_t>(w), A(0));
+      ArrayMap<A> mx(max_buf.data(), w), sum(sum_buf.data(), w);
+      for (int64_t d = 0; d < g.size; ++d)
+        mx = mx.max(ConstArrayMap<A>(load<A>(xb + d * g.inner, w, row_buf), w));
+      for (int64_t d = 0; d < g.size; ++d)
+        sum += (ConstArrayMap<A>(load<A>(xb + d * g.inner, w, row_buf), w) - mx).exp();
+      if constexpr (kLog) {
+        sum = mx + sum.log();  // log-sum-exp per column
+      } else {
+        sum = sum.inverse();
+      }
+      for (int64_t d = 0; d < g.size; ++d) {
+        ConstArrayMap<A> xr(load<A>(xb + d * g.inner, w, row_buf), w);
+        A* o_row = scratch<A>(ob + d * g.inner, w, out_buf);
+        ArrayMap<A> yr(o_row, w);
+        if constexpr (kLog) {
+          yr = xr - sum;
+        } else {
+          yr = (xr - mx).exp() * sum;
+        }
+        store(ob + d * g.inner, o_row, w);
+      }
+    }
+  });
+}
+
+// out, x contiguous, same shape and dtype; dim already wrapped.
+template <bool kLog>
+void softmax_kernel(const Tensor& out, const Tensor& x, int64_t dim) {
+  const DimGeometry g = geometry_around(x, dim);
+  if (x.numel() == 0) return;
+  visit_floating_dtype(x.dtype(), kLog ? "log_softmax" : "softmax", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* o = static_cast<T*>(out.data_ptr());
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    if (g.inner == 1) {
+      softmax_last_dim<T, kLog>(o, xp, g.outer, g.size);
+    } else {
+      softmax_inner_dim<T, kLog>(o, xp, g);
+    }
+  });
+}
+
+// ---- backward -----------------------------------------------------------------------------
+// softmax:     gx = y * (gy - sum(gy * y))
+// log_softmax: gx = gy - exp(y) * sum(gy)
+
+template <class T, bool kLog>
+void softmax_backward_last_dim(T* gx, const T* gy, const T* y, int64_t rows, int64_t n) {
+  using A = opmath_t<T>;
+  parallel_for(0, rows, rows_grain(n), [&](int64_t begin, int64_t end) {
+    std::vector<A> gy_buf, y_buf, out_buf;
+    for (int64_t r = begin; r < end; ++r) {
+      ConstArrayMap<A> gyr(load<A>(gy + r * n, n, gy_buf), n), yr(load<A>(y + r * n, n, y_buf), n);
+      A* o = scratch<A>(gx + r * n, n, out_buf);
+      ArrayMap<A> gxr(o, n);
+      if constexpr (kLog) {
+        const A s = gyr.sum();
+        gxr = gyr - yr.exp() * s;
+      } else {
+        const A s = (gyr * yr).sum();
+        gxr = yr * (gyr - s);
+      }
+      store(gx + r * n, o, n);
+    }
+  });
+}
+
+template <class T, bool kLog>
+void softmax_backward_inner_dim(T* gx, const T* gy, const T* y, const DimGeometry& g) {
+  using A = opmath_t<T>;
+  const int64_t bw = std::min(kBlock, g.inner);
+  const int64_t blocks = (g.inner + bw - 1) / bw, tasks = g.outer * blocks;
+  const int64_t task_work = g.size * bw;
+  parallel_for(0, tasks, rows_grain(task_work), [&](int64_t begin, int64_t end) {
+    std::vector<A> gy_buf, y_buf, out_buf, sum_buf;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t o = task / blocks, j0 = (task % blocks) * bw, w = std::min(bw, g.inner - j0);
+      const int64_t base = o * g.size * g.inner + j0;
+      sum_buf.assign(static_cast<size_t>(w), A(0));
+      ArrayMap<A> sum(sum_buf.data(), w);
+      for (int64_t d = 0; d < g.size; ++d) {
+        ConstArrayMap<A> gyr(load<A>(gy + base + d * g.inner, w, gy_buf), w);
+        if constexpr (kLog) {
+          sum += gyr;
+        } else {
+          sum += gyr * ConstArrayMap<A>(load<A>(y + base + d * g.inner, w, y_buf), w);
+        }
+      }
+      for (int64_t d = 0; d < g.size; ++d) {
+        ConstArrayMap<A> gyr(load<A>(gy + base + d * g.inner, w, gy_buf), w);
+        ConstArrayMap<A> yr(load<A>(y + base + d * g.inner, w, y_buf), w);
+        A* o_row = scratch<A>(gx + base + d * g.inner, w, out_buf);
+        ArrayMap<A> gxr(o_row, w);
+        if constexpr (kLog) {
+          gxr = gyr - yr.exp() * sum;
+        } else {
+          gxr = yr * (gyr - sum);
+        }
+        store(gx + base + d * g.inner, o_row, w);
+      }
+    }
+  });
+}
+
+// grad_input, grad_out, out contiguous, same shape and dtype.
+template <bool kLog>
+void softmax_backward_kernel(const Tensor& grad_input, const Tensor& grad_out, const Tensor& out,
+                             int64_t dim) {
+  const DimGeometry g = geometry_around(out, dim);
+  if (out.numel() == 0) return;
+  visit_floating_dtype(out.dtype(), kLog ? "log_softmax_backward" : "softmax_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* gx = static_cast<T*>(grad_input.data_ptr());
+    const T* gy = static_cast<const T*>(grad_out.data_ptr());
+    const T* y = static_cast<const T*>(out.data_ptr());
+    if (g.inner == 1) {
+      softmax_backward_last_dim<T, kLog>(gx, gy, y, g.outer, g.size);
+    } else {
+      softmax_backward_inner_dim<T, kLog>(gx, gy, y, g);
+    }
+  });
+}
+
+// ---- nll_loss ---------------------------------------------------------------------------------
+// logp [N, C] (any strides), target [N] int64, weight undefined or [C] in logp's dtype.
+// Sums accumulate in double.
+
+template <class T>
+double class_weight(const Tensor& weight, int64_t c) {
+  if (!weight.defined()) return 1.0;
+  return static_cast<double>(static_cast<const T*>(weight.data_ptr())[c * weight.strides()[0]]);
+}
+
+void nll_loss_kernel(const Tensor& out, const Tensor& total_weight, const Tensor& logp, const Tensor& target,
+                     const Tensor& weight, Reduction reduction, int64_t ignore_index) {
+  visit_floating_dtype(logp.dtype(), "nll_loss", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t n = logp.sizes()[0], classes = logp.sizes()[1];
+    const int64_t s0 = logp.strides()[0], s1 = logp.strides()[1], st = target.strides()[0];
+    const T* lp = static_cast<const T*>(logp.data_ptr());
+    const int64_t* tg = target.data_ptr<int64_t>();
+    T* o = static_cast<T*>(out.data_ptr());
+    const int64_t so = reduction == Reduction::None ? out.strides()[0] : 0;
+    double loss_sum = 0, weight_sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t t = tg[i * st];
+      double loss = 0;
+      if (t != ignore_index) {
+        LOOM_CHECK(t >= 0 && t < classes, "nll_loss: target ", t, " is out of bounds for ", classes,
+                   " classes (at batch index ", i, ")");
+        const double w = class_weight<T>(weight, t);
+        loss = -w * static_cast<double>(lp[i * s0 + t * s1]);
+        weight_sum += w;
+      }
+      if (reduction == Reduction::None) o[i * so] = static_cast<T>(loss);
+      loss_sum += loss;
+    }
+    // Mean of no counted targets is 0/0 = NaN, as PyTorch.
+    if (reduction == Reduction::Mean) *o = static_cast<T>(loss_sum / weight_sum);
+    if (reduction == Reduction::Sum) *o = static_cast<T>(loss_sum);
+    *static_cast<T*>(total_weight.data_ptr()) = static_cast<T>(weight_sum);
+  });
+}
+
+// grad_logp [N, C] contiguous, zero-filled by the caller; grad_out 0-dim or [N].
+void nll_loss_backward_kernel(const Tensor& grad_logp, const Tensor& grad_out, const Tensor& target,
+                              const Tensor& weight, const Tensor& total_weight, Reduction reduction,
+                              int64_t ignore_index) {
+  visit_floating_dtype(grad_logp.dtype(), "nll_loss_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t n = grad_logp.sizes()[0], classes = grad_logp.sizes()[1];
+    T* g = static_cast<T*>(grad_logp.data_ptr());
+    const int64_t* tg = target.data_ptr<int64_t>();
+    const int64_t st = target.strides()[0];
+    const T* go = static_cast<const T*>(grad_out.data_ptr());
+    const int64_t sgo = reduction == Reduction::None ? grad_out.strides()[0] : 0;
+    double scale = 1.0;
+    if (reduction == Reduction::Mean)
+      scale = 1.0 / static_cast<double>(*static_cast<const T*>(total_weight.data_ptr()));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t t = tg[i * st];
+      if (t == ignore_index) continue;
+      LOOM_CHECK(t >= 0 && t < classes, "nll_loss_backward: target ", t, " is out of bounds for ", classes,
+                 " classes (at batch index ", i, ")");
+      g[i * classes + t] =
+          static_cast<T>(-class_weight<T>(weight, t) * static_cast<double>(go[i * sgo]) * scale);
+    }
+  });
+}
+
+}  // namespace
+
+void register_nn_kernels() {
+  register_kernel<Op::softmax>(DeviceType::CPU, softmax_kernel<false>);
+  register_kernel<Op::log_softmax>(DeviceType::CPU, softmax_kernel<true>);
+  register_kernel<Op::softmax_backward>(DeviceType::CPU, softmax_backward_kernel<false>);
+  register_kernel<Op::log_softmax_backward>(DeviceType::CPU, softmax_backward_kernel<true>);
+  register_kernel<Op::nll_loss>(DeviceType::CPU, nll_loss_kernel);
+  register_kernel<Op::nll_loss_backward>(DeviceType::CPU, nll_loss_backward_kernel);
+}
 
 }  // namespace loom::cpu

@@ -1,9 +1,375 @@
-/* CPU kernels: norm (being written). */
+/*
+ * CPU kernels for batch and layer normalisation and their backward functions.
+ *
+ *   y = (x - mean) * invstd * weight + bias,   invstd = 1 / sqrt(var + eps)
+ *
+ * Statistics are computed in two passes (mean, then the mean of squared deviations), which
+ * is exact enough in float for large inputs, unlike E[x^2] - E[x]^2. Each contiguous run of
+ * values is reduced with Eigen (all vector lanes); runs are added up in double.
+ *  - batch_norm: x [N, C, S] contiguous; parallel over channels, vectorised over S.
+ *  - layer_norm: x [M, D] contiguous; parallel over rows, vectorised over D.
+ * Stats, weight and bias are float32 (float64 when x is float64): the ops layer converts
+ * weight and bias to that type, so 16-bit inputs can have float32 parameters.
+ */
+// GCC 12 reports its own _mm512_undefined_* intrinsics (inlined from Eigen's AVX-512 packet
+// math) as -Wuninitialized; the pragma covers the intrinsic headers, first included here.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <Eigen/Core>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "core/parallel.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/dispatch.h"
 
 namespace loom::cpu {
 
-void register_norm_kernels() {}
+namespace {
+
+template <class A>
+using ArrayMap = Eigen::Map<Eigen::Array<A, Eigen::Dynamic, 1>>;
+template <class A>
+using ConstArrayMap = Eigen::Map<const Eigen::Array<A, Eigen::Dynamic, 1>>;
+
+// p as opmath values: p itself when T is already the compute type, else converted into buf.
+template <class A, class T>
+const A* load(const T* p, int64_t n, std::vector<A>& buf) {
+  if constexpr (std::is_same_v<T, A>) {
+    return p;
+  } else {
+    buf.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<A>(p[i]);
+    return buf.data();
+  }
+}
+
+// Where to compute a run of output: dst itself for the compute type, else buf (then store()).
+template <class A, class T>
+A* scratch(T* dst, int64_t n, std::vector<A>& buf) {
+  if constexpr (std::is_same_v<T, A>) {
+    return dst;
+  } else {
+    buf.resize(static_cast<size_t>(n));
+    return buf.data();
+  }
+}
+
+template <class A, class T>
+void store(T* dst, const A* src, int64_t n) {
+  if constexpr (!std::is_same_v<T, A>) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i]);
+  }
+}
+
+template <class A>
+const A* ptr_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<const A*>(t.data_ptr()) : nullptr;
+}
+
+// Items per parallel chunk so that a chunk holds about kParallelGrain elements of work.
+int64_t grain_for(int64_t work_per_item) {
+  return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(work_per_item, 1));
+}
+
+// Reads/writes element c of a 1-D floating tensor of any floating dtype and stride.
+double read_stat(const Tensor& t, int64_t c) {
+  return visit_floating_dtype(t.dtype(), "batch_norm", [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    return static_cast<double>(static_cast<const S*>(t.data_ptr())[c * t.strides()[0]]);
+  });
+}
+void write_stat(const Tensor& t, int64_t c, double v) {
+  visit_floating_dtype(t.dtype(), "batch_norm", [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    static_cast<S*>(t.data_ptr())[c * t.strides()[0]] = static_cast<S>(v);
+  });
+}
+
+// ---- batch_norm ---------------------------------------------------------------------------
+
+struct ChannelGeometry {
+  int64_t n, c, s;  // x viewed as [N, C, S]
+};
+
+ChannelGeometry channel_geometry(const Tensor& x) {
+  int64_t s = 1;
+  for (int64_t d = 2; d < x.dim(); ++d) s *= x.sizes()[d];
+  return {x.sizes()[0], x.sizes()[1], s};
+}
+
+// out, x contiguous [N, C, *]; weight/bias/save_* contiguous [C] in the stats dtype A.
+void batch_norm_kernel(const Tensor& out, const Tensor& save_mean, const Tensor& save_invstd, const Tensor& x,
+                       const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                       const Tensor& running_var, bool training, double momentum, double eps) {
+  visit_floating_dtype(x.dtype(), "batch_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = opmath_t<T>;
+    const auto [n, channels, s] = channel_geometry(x);
+    const int64_t count = n * s;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* op = static_cast<T*>(out.data_ptr());
+    A* mean_out = static_cast<A*>(save_mean.data_ptr());
+    A* invstd_out = static_cast<A*>(save_invstd.data_ptr());
+    const A* w = ptr_or_null<A>(weight);
+    const A* b = ptr_or_null<A>(bias);
+    std::vector<double> unbiased_var(static_cast<size_t>(channels));
+
+    if (!training) {  // the running stats are the statistics
+      for (int64_t c = 0; c < channels; ++c) {
+        mean_out[c] = static_cast<A>(read_stat(running_mean, c));
+        invstd_out[c] = static_cast<A>(1.0 / std::sqrt(read_stat(running_var, c) + eps));
+      }
+    }
+
+    parallel_for(0, channels, grain_for(count), [&](int64_t begin, int64_t end) {
+      std::vector<A> in_buf, out_buf;
+      for (int64_t c = begin; c < end; ++c) {
+        if (training) {
+          double sum = 0;
+          for (int64_t i = 0; i < n; ++i)
+            sum += static_cast<double>(
+                ConstArrayMap<A>(load<A>(xp + (i * channels + c) * s, s, in_buf), s).sum());
+          const A mean = static_cast<A>(sum / static_cast<double>(count));
+          double sq = 0;
+          for (int64_t i = 0; i < n; ++i) {
+            ConstArrayMap<A> xr(load<A>(xp + (i * channels + c) * s, s, in_buf), s);
+            sq += static_cast<double>((xr - mean).square().sum());
+          }
+          mean_out[c] = mean;
+          invstd_out[c] = static_cast<A>(1.0 / std::sqrt(sq / static_cast<double>(count) + eps));
+          unbiased_var[c] = count > 1 ? sq / static_cast<double>(count - 1) : 0.0;
+        }
+        // y = x * scale + shift
+        const A scale = invstd_out[c] * (w ? w[c] : A(1));
+        const A shift = (b ? b[c] : A(0)) - mean_out[c] * scale;
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t off = (i * channels + c) * s;
+          ConstArrayMap<A> xr(load<A>(xp + off, s, in_buf), s);
+          A* o = scratch<A>(op + off, s, out_buf);
+          ArrayMap<A>(o, s) = xr * scale + shift;
+          store(op + off, o, s);
+        }
+      }
+    });
+
+    if (training && running_mean.defined()) {
+      for (int64_t c = 0; c < channels; ++c)
+        write_stat(running_mean, c,
+                   (1 - momentum) * read_stat(running_mean, c) + momentum * static_cast<double>(mean_out[c]));
+    }
+    if (training && running_var.defined()) {
+      for (int64_t c = 0; c < channels; ++c)
+        write_stat(running_var, c, (1 - momentum) * read_stat(running_var, c) + momentum * unbiased_var[c]);
+    }
+  });
+}
+
+// Training-mode gradient, per channel over its M = N * S values:
+//   xhat = (x - mean) * invstd
+//   grad_bias = sum(gy), grad_weight = sum(gy * xhat)
+//   gx = weight * invstd * (gy - grad_bias / M - xhat * grad_weight / M)
+// grad_input, grad_out, x contiguous [N, C, *]; weight, save_*, grad_weight/bias [C] in A.
+void batch_norm_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
+                                const Tensor& grad_out, const Tensor& x, const Tensor& weight,
+                                const Tensor& save_mean, const Tensor& save_invstd) {
+  visit_floating_dtype(x.dtype(), "batch_norm_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = opmath_t<T>;
+    const auto [n, channels, s] = channel_geometry(x);
+    const int64_t count = n * s;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    const T* gyp = static_cast<const T*>(grad_out.data_ptr());
+    T* gxp = static_cast<T*>(grad_input.data_ptr());
+    const A* w = ptr_or_null<A>(weight);
+    const A* mean_p = static_cast<const A*>(save_mean.data_ptr());
+    const A* invstd_p = static_cast<const A*>(save_invstd.data_ptr());
+    A* gw = grad_weight.defined() ? static_cast<A*>(grad_weight.data_ptr()) : nullptr;
+    A* gb = grad_bias.defined() ? static_cast<A*>(grad_bias.data_ptr()) : nullptr;
+
+    parallel_for(0, channels, grain_for(2 * count), [&](int64_t begin, int64_t end) {
+      std::vector<A> x_buf, gy_buf, out_buf;
+      for (int64_t c = begin; c < end; ++c) {
+        const A mean = mean_p[c], invstd = invstd_p[c];
+        double sum_gy = 0, sum_gy_xhat = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t off = (i * channels + c) * s;
+          ConstArrayMap<A> xr(load<A>(xp + off, s, x_buf), s), gyr(load<A>(gyp + off, s, gy_buf), s);
+          sum_gy += static_cast<double>(gyr.sum());
+          sum_gy_xhat += static_cast<double>((gyr * (xr - mean)).sum());
+        }
+        sum_gy_xhat *= static_cast<double>(invstd);
+        if (gw) gw[c] = static_cast<A>(sum_gy_xhat);
+        if (gb) gb[c] = static_cast<A>(sum_gy);
+        const A k = invstd * (w ? w[c] : A(1));
+        const A mean_gy = static_cast<A>(sum_gy / static_cast<double>(count));
+        const A proj =
+            static_cast<A>(sum_gy_xhat / static_cast<double>(count)) * invstd;  // per xhat, times invstd
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t off = (i * channels + c) * s;
+          ConstArrayMap<A> xr(load<A>(xp + off, s, x_buf), s), gyr(load<A>(gyp + off, s, gy_buf), s);
+          A* o = scratch<A>(gxp + off, s, out_buf);
+          ArrayMap<A>(o, s) = k * (gyr - mean_gy - (xr - mean) * proj);
+          store(gxp + off, o, s);
+        }
+      }
+    });
+  });
+}
+
+// ---- layer_norm ---------------------------------------------------------------------------
+
+// out, x contiguous [M, D]; mean/rstd [M] and weight/bias [D] in the stats dtype A.
+void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                       const Tensor& weight, const Tensor& bias, double eps) {
+  visit_floating_dtype(x.dtype(), "layer_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = opmath_t<T>;
+    const int64_t rows = mean.numel(), d = rows == 0 ? 0 : x.numel() / rows;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* op = static_cast<T*>(out.data_ptr());
+    A* mean_p = static_cast<A*>(mean.data_ptr());
+    A* rstd_p = static_cast<A*>(rstd.data_ptr());
+    const A* w = ptr_or_null<A>(weight);
+    const A* b = ptr_or_null<A>(bias);
+    parallel_for(0, rows, grain_for(d), [&](int64_t begin, int64_t end) {
+      std::vector<A> in_buf, out_buf;
+      for (int64_t r = begin; r < end; ++r) {
+        ConstArrayMap<A> xr(load<A>(xp + r * d, d, in_buf), d);
+        const A mu = xr.sum() / static_cast<A>(d);
+        const A var = (xr - mu).square().sum() / static_cast<A>(d);
+        const A rs = A(1) / std::sqrt(var + static_cast<A>(eps));
+        mean_p[r] = mu;
+        rstd_p[r] = rs;
+        A* o = scratch<A>(op + r * d, d, out_buf);
+        ArrayMap<A> yr(o, d);
+        if (w && b) {
+          yr = (xr - mu) * rs * ConstArrayMap<A>(w, d) + ConstArrayMap<A>(b, d);
+        } else if (w) {
+          yr = (xr - mu) * rs * ConstArrayMap<A>(w, d);
+        } else if (b) {
+          yr = (xr - mu) * rs + ConstArrayMap<A>(b, d);
+        } else {
+          yr = (xr - mu) * rs;
+        }
+        store(op + r * d, o, d);
+      }
+    });
+  });
+}
+
+// Per row, with g = gy * weight and xhat = (x - mean) * rstd:
+//   gx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+// and over rows: grad_weight = sum(gy * xhat), grad_bias = sum(gy).
+// grad_input, grad_out, x contiguous [M, D]; grad_weight/grad_bias undefined or [D] in A.
+void layer_norm_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
+                                const Tensor& grad_out, const Tensor& x, const Tensor& mean,
+                                const Tensor& rstd, const Tensor& weight) {
+  visit_floating_dtype(x.dtype(), "layer_norm_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = opmath_t<T>;
+    const int64_t rows = mean.numel(), d = rows == 0 ? 0 : x.numel() / rows;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    const T* gyp = static_cast<const T*>(grad_out.data_ptr());
+    T* gxp = static_cast<T*>(grad_input.data_ptr());
+    const A* mean_p = static_cast<const A*>(mean.data_ptr());
+    const A* rstd_p = static_cast<const A*>(rstd.data_ptr());
+    const A* w = ptr_or_null<A>(weight);
+    const bool want_params = grad_weight.defined() || grad_bias.defined();
+
+    // Rows split into one task per thread (when there is enough work), each with its own
+    // partial sums of grad_weight / grad_bias in double, added up in order afterwards. The
+    // partials (2 x D doubles, larger than L1 for wide rows) are updated once per group of
+    // kRowGroup rows, from float sums of the group taken over column blocks that stay in L1.
+    constexpr int64_t kRowGroup = 16, kColBlock = 256;
+    const int64_t tasks = std::clamp<int64_t>(x.numel() / kParallelGrain, 1, get_num_threads());
+    const int64_t rows_per_task = (rows + tasks - 1) / tasks;
+    std::vector<std::vector<double>> part_w(static_cast<size_t>(tasks)), part_b(static_cast<size_t>(tasks));
+    parallel_for(0, tasks, 1, [&](int64_t task_begin, int64_t task_end) {
+      std::vector<A> x_buf, out_buf, xhat_group(static_cast<size_t>(kRowGroup * d));
+      std::vector<A> gy_group(std::is_same_v<T, A> ? 0 : static_cast<size_t>(kRowGroup * d));
+      const A* gy_rows[kRowGroup];
+      for (int64_t task = task_begin; task < task_end; ++task) {
+        std::vector<double>& pw = part_w[task];
+        std::vector<double>& pb = part_b[task];
+        pw.assign(want_params ? static_cast<size_t>(d) : 0, 0.0);
+        pb.assign(want_params ? static_cast<size_t>(d) : 0, 0.0);
+        const int64_t r_end = std::min(rows, (task + 1) * rows_per_task);
+        for (int64_t g0 = task * rows_per_task; g0 < r_end; g0 += kRowGroup) {
+          const int64_t group = std::min(kRowGroup, r_end - g0);
+          for (int64_t k = 0; k < group; ++k) {
+            const int64_t r = g0 + k;
+            if constexpr (std::is_same_v<T, A>) {
+              gy_rows[k] = gyp + r * d;
+            } else {
+              for (int64_t j = 0; j < d; ++j) gy_group[k * d + j] = static_cast<A>(gyp[r * d + j]);
+              gy_rows[k] = gy_group.data() + k * d;
+            }
+            ConstArrayMap<A> xr(load<A>(xp + r * d, d, x_buf), d), gyr(gy_rows[k], d);
+            ArrayMap<A> xhat(xhat_group.data() + k * d, d);
+            const A rs = rstd_p[r];
+            xhat = (xr - mean_p[r]) * rs;
+            A* o = scratch<A>(gxp + r * d, d, out_buf);
+            ArrayMap<A> gxr(o, d);
+            if (w) {
+              ConstArrayMap<A> wr(w, d);
+              const A a = (gyr * wr).sum() / static_cast<A>(d);
+              const A bb = (gyr * wr * xhat).sum() / static_cast<A>(d);
+              gxr = rs * (gyr * wr - a - xhat * bb);
+            } else {
+              const A a = gyr.sum() / static_cast<A>(d);
+              const A bb = (gyr * xhat).sum() / static_cast<A>(d);
+              gxr = rs * (gyr - a - xhat * bb);
+            }
+            store(gxp + r * d, o, d);
+          }
+          if (!want_params) continue;
+          for (int64_t j0 = 0; j0 < d; j0 += kColBlock) {
+            const int64_t width = std::min(kColBlock, d - j0);
+            A sw[kColBlock] = {}, sb[kColBlock] = {};
+            ArrayMap<A> sum_w(sw, width), sum_b(sb, width);
+            for (int64_t k = 0; k < group; ++k) {  // Eigen: GCC's unroll-and-jam would scalarise
+              ConstArrayMap<A> gy_k(gy_rows[k] + j0, width);
+              sum_w += gy_k * ConstArrayMap<A>(xhat_group.data() + k * d + j0, width);
+              sum_b += gy_k;
+            }
+            double* __restrict pwp = pw.data() + j0;
+            double* __restrict pbp = pb.data() + j0;
+#pragma omp simd
+            for (int64_t j = 0; j < width; ++j) {
+              pwp[j] += static_cast<double>(sw[j]);
+              pbp[j] += static_cast<double>(sb[j]);
+            }
+          }
+        }
+      }
+    });
+    if (!want_params) return;
+    A* gw = grad_weight.defined() ? static_cast<A*>(grad_weight.data_ptr()) : nullptr;
+    A* gb = grad_bias.defined() ? static_cast<A*>(grad_bias.data_ptr()) : nullptr;
+    for (int64_t j = 0; j < d; ++j) {
+      double sw = 0, sb = 0;
+      for (int64_t task = 0; task < tasks; ++task) {
+        sw += part_w[task][j];
+        sb += part_b[task][j];
+      }
+      if (gw) gw[j] = static_cast<A>(sw);
+      if (gb) gb[j] = static_cast<A>(sb);
+    }
+  });
+}
+
+}  // namespace
+
+void register_norm_kernels() {
+  register_kernel<Op::batch_norm>(DeviceType::CPU, batch_norm_kernel);
+  register_kernel<Op::batch_norm_backward>(DeviceType::CPU, batch_norm_backward_kernel);
+  register_kernel<Op::layer_norm>(DeviceType::CPU, layer_norm_kernel);
+  register_kernel<Op::layer_norm_backward>(DeviceType::CPU, layer_norm_backward_kernel);
+}
 
 }  // namespace loom::cpu
