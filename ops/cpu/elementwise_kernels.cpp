@@ -28,7 +28,7 @@
 #include <unsupported/Eigen/SpecialFunctions>
 #pragma GCC diagnostic pop
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -54,7 +54,7 @@ constexpr int64_t kHeavyGrain = kParallelGrain / 8;
 
 // dst <- src, with streaming stores for the 64-byte-aligned part of dst.
 inline void stream_copy(void* dst, const void* src, int64_t bytes) {
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
   char* d = static_cast<char*>(dst);
   const char* s = static_cast<const char*>(src);
   const int64_t misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(d) & 63);
@@ -63,8 +63,15 @@ inline void stream_copy(void* dst, const void* src, int64_t bytes) {
   d += head;
   s += head;
   bytes -= head;
-  for (; bytes >= 64; bytes -= 64, d += 64, s += 64)
+  for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
+#if defined(__AVX512F__)
     _mm512_stream_si512(reinterpret_cast<__m512i*>(d), _mm512_loadu_si512(s));
+#else
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + 32),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32)));
+#endif
+  }
   std::memcpy(d, s, static_cast<size_t>(bytes));
 #else
   std::memcpy(dst, src, static_cast<size_t>(bytes));
@@ -74,7 +81,7 @@ inline void stream_copy(void* dst, const void* src, int64_t bytes) {
 // Streaming stores are weakly ordered: fence them before the pool joins and another thread
 // (or the caller) reads the output.
 inline void stream_fence() {
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
   _mm_sfence();
 #endif
 }
@@ -166,6 +173,12 @@ inline void load_block(const T* src, int64_t stride, float* __restrict dst, int6
       for (; j + 16 <= n; j += 16)
         _mm512_storeu_ps(dst + j, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j))));
   }
+#elif defined(__F16C__)
+  if constexpr (std::is_same_v<T, Half>) {
+    if (stride == 1)
+      for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(dst + j, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + j))));
+  }
 #endif
   if (stride == 1) {
     for (; j < n; ++j) dst[j] = static_cast<float>(src[j]);
@@ -184,6 +197,13 @@ inline void store_block(const float* __restrict src, T* dst, int64_t stride, int
       for (; j + 16 <= n; j += 16)
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j),
                             _mm512_cvtps_ph(_mm512_loadu_ps(src + j), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+#elif defined(__F16C__)
+  if constexpr (std::is_same_v<T, Half>) {
+    if (stride == 1)
+      for (; j + 8 <= n; j += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + j),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + j), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
 #endif
   if (stride == 1) {
@@ -273,7 +293,9 @@ using ConstArrayMap = Eigen::Map<const Eigen::Array<M, Eigen::Dynamic, 1>>;
     }                                                                \
   };
 
-LOOM_EIGEN_BLOCK_OP(ExpBlock, x.exp())
+// Eigen's AVX2 exp clamps its input, so exp(-inf) would come out as 2.9e-39: results below the
+// smallest normal number are flushed to 0 instead (as its AVX-512 path does).
+LOOM_EIGEN_BLOCK_OP(ExpBlock, (x < M(std::is_same_v<M, float> ? -87.33654 : -708.39641)).select(M(0), x.exp()))
 LOOM_EIGEN_BLOCK_OP(LogBlock, x.log())
 LOOM_EIGEN_BLOCK_OP(Log1pBlock, x.log1p())
 LOOM_EIGEN_BLOCK_OP(SinBlock, x.sin())
@@ -289,7 +311,7 @@ LOOM_EIGEN_BLOCK_OP(GeluTanhBlock,
 #undef LOOM_EIGEN_BLOCK_OP
 
 // Correctly rounded square roots (Eigen's fast-math sqrt loses 1-2 bits): the hardware
-// instruction on AVX-512, otherwise std::sqrt (which GCC does not vectorise because of errno).
+// instruction on AVX-512/AVX2, otherwise std::sqrt (which GCC does not vectorise because of errno).
 template <bool kReciprocal>
 struct SqrtBlockImpl {
   template <class M>
@@ -307,6 +329,20 @@ struct SqrtBlockImpl {
       for (; i + 8 <= n; i += 8) {
         __m512d r = _mm512_sqrt_pd(_mm512_loadu_pd(x + i));
         _mm512_storeu_pd(y + i, kReciprocal ? _mm512_div_pd(one, r) : r);
+      }
+    }
+#elif defined(__AVX2__)
+    if constexpr (std::is_same_v<M, float>) {
+      const __m256 one = _mm256_set1_ps(1.0f);
+      for (; i + 8 <= n; i += 8) {
+        __m256 r = _mm256_sqrt_ps(_mm256_loadu_ps(x + i));
+        _mm256_storeu_ps(y + i, kReciprocal ? _mm256_div_ps(one, r) : r);
+      }
+    } else {
+      const __m256d one = _mm256_set1_pd(1.0);
+      for (; i + 4 <= n; i += 4) {
+        __m256d r = _mm256_sqrt_pd(_mm256_loadu_pd(x + i));
+        _mm256_storeu_pd(y + i, kReciprocal ? _mm256_div_pd(one, r) : r);
       }
     }
 #endif

@@ -129,6 +129,15 @@ inline float exp_nonpositive(float x) {
   return underflow ? 0.0f : p * two_k;
 }
 
+// Eigen's AVX2 exp clamps its argument, so exp(-inf) would come out as 2.9e-39 (float) or
+// 5.6e-309 (double) instead of 0: masked (-inf) logits must give exactly 0. Results below the
+// smallest normal number are flushed to 0.
+template <class E>
+auto exact_exp(const E& e) {
+  using S = typename E::Scalar;
+  return (e < S(std::is_same_v<S, float> ? -87.33654 : -708.39641)).select(S(0), e.exp());
+}
+
 // out[i] = exp(x[i] - m); returns the sum.
 float exp_store_sum(float* __restrict out, const float* __restrict x, float m, int64_t n) {
   float s = 0;
@@ -142,7 +151,7 @@ float exp_store_sum(float* __restrict out, const float* __restrict x, float m, i
 }
 double exp_store_sum(double* out, const double* x, double m, int64_t n) {
   ArrayMap<double> o(out, n);
-  o = (ConstArrayMap<double>(x, n) - m).exp();
+  o = exact_exp(ConstArrayMap<double>(x, n) - m);
   return o.sum();
 }
 
@@ -154,7 +163,7 @@ float exp_sum(const float* __restrict x, float m, int64_t n) {
   return s;
 }
 double exp_sum(const double* x, double m, int64_t n) {
-  return (ConstArrayMap<double>(x, n) - m).exp().sum();
+  return exact_exp(ConstArrayMap<double>(x, n) - m).sum();
 }
 
 // ---- softmax / log_softmax forward ----------------------------------------------------------
@@ -199,7 +208,7 @@ void softmax_inner_dim(T* out, const T* x, const DimGeometry& g) {
       for (int64_t d = 0; d < g.size; ++d)
         mx = mx.max(ConstArrayMap<A>(load<A>(xb + d * g.inner, w, row_buf), w));
       for (int64_t d = 0; d < g.size; ++d)
-        sum += (ConstArrayMap<A>(load<A>(xb + d * g.inner, w, row_buf), w) - mx).exp();
+        sum += exact_exp(ConstArrayMap<A>(load<A>(xb + d * g.inner, w, row_buf), w) - mx);
       if constexpr (kLog) {
         sum = mx + sum.log();  // log-sum-exp per column
       } else {
@@ -212,7 +221,7 @@ void softmax_inner_dim(T* out, const T* x, const DimGeometry& g) {
         if constexpr (kLog) {
           yr = xr - sum;
         } else {
-          yr = (xr - mx).exp() * sum;
+          yr = exact_exp(xr - mx) * sum;
         }
         store(ob + d * g.inner, o_row, w);
       }
@@ -252,7 +261,7 @@ void softmax_backward_last_dim(T* gx, const T* gy, const T* y, int64_t rows, int
       ArrayMap<A> gxr(o, n);
       if constexpr (kLog) {
         const A s = gyr.sum();
-        gxr = gyr - yr.exp() * s;
+        gxr = gyr - exact_exp(yr) * s;
       } else {
         const A s = (gyr * yr).sum();
         gxr = yr * (gyr - s);
@@ -289,7 +298,7 @@ void softmax_backward_inner_dim(T* gx, const T* gy, const T* y, const DimGeometr
         A* o_row = scratch<A>(gx + base + d * g.inner, w, out_buf);
         ArrayMap<A> gxr(o_row, w);
         if constexpr (kLog) {
-          gxr = gyr - yr.exp() * sum;
+          gxr = gyr - exact_exp(yr) * sum;
         } else {
           gxr = yr * (gyr - sum);
         }

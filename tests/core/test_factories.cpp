@@ -37,7 +37,7 @@ TEST_CASE("tensor() from values") {
 TEST_CASE("casts round to nearest even and convert every pair of dtypes") {
   Tensor x = tensor<double>({1.0, -2.5, 0.1, 65519.0, 1e6, 3.999});
   CHECK(x.to(kFloat16).to_vector<double>() ==
-        std::vector<double>{1.0, -2.5, 0.0999755859375, 65504.0, INFINITY, 4.0});
+        std::vector<double>{1.0, -2.5, 0.0999755859375, 65504.0, INFINITY, 3.998046875});  // torch 1.13
   CHECK(x.to(kBFloat16).to_vector<double>() ==
         std::vector<double>{1.0, -2.5, 0.10009765625, 65536.0, 999424.0, 4.0});
   CHECK(x.to(kInt32).to_vector<int32_t>() == std::vector<int32_t>{1, -2, 0, 65519, 1000000, 3});
