@@ -1,2 +1,177 @@
-/* linalg ops (being written). */
-#include "ops/ops.h"
+/*
+ * Matrix products (see linalg.h). Every product becomes one call of the matmul kernel on 3-D
+ * operands [B, M, K] x [B, K, N] -> [B, M, N]:
+ *  - 1-D operands get a unit dim (removed from the result), as torch.matmul;
+ *  - batch dims broadcast; a broadcast operand keeps stride 0 over the batch (the kernel reads
+ *    it once), and batch dims are merged into one without a copy whenever the strides allow;
+ *  - [*, M, K] x [K, N] (and linear's [*, in] x W^T) folds the batch into the rows: one large
+ *    GEMM instead of many small ones, with W^T read in place through its strides.
+ */
+#include "ops/linalg.h"
+
+#include "ops/copy_ops.h"
+#include "ops/dispatch.h"
+#include "ops/op_utils.h"
+#include "ops/view_ops.h"
+
+namespace loom {
+
+namespace {
+
+void check_operands(const Tensor& a, const Tensor& b, std::string_view op) {
+  check_defined(a, op, "first operand");
+  check_defined(b, op, "second operand");
+  check_same_device(a, b, op);
+  LOOM_CHECK(a.dtype() == b.dtype(), op, ": expected both operands to have the same dtype, got ", a.dtype(),
+             " ", a.sizes(), " and ", b.dtype(), " ", b.sizes());
+  LOOM_CHECK(a.dtype() != DType::Bool, op, ": not supported for bool tensors (shapes ", a.sizes(), " and ",
+             b.sizes(), ")");
+}
+
+// Merges dims [begin, end) of (sizes, strides) into one (size, stride) when they are laid out as
+// one strided run (size-1 dims are skipped; stride-0 dims merge with each other). False if not.
+bool merge_dims(IntArrayRef sizes, IntArrayRef strides, size_t begin, size_t end, int64_t& size,
+                int64_t& stride) {
+  size = 1;
+  stride = 1;
+  bool first = true;
+  for (size_t d = end; d-- > begin;) {
+    if (sizes[d] == 1) continue;
+    if (first) {
+      size = sizes[d];
+      stride = strides[d];
+      first = false;
+    } else if (strides[d] == stride * size) {
+      size *= sizes[d];
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+// x [*batch, R, C] as [B, R, C]: a view when the batch dims merge, else a contiguous copy.
+Tensor as_3d(const Tensor& x) {
+  const int64_t nd = x.dim();
+  int64_t size = 1, stride = 1;
+  if (!merge_dims(x.sizes(), x.strides(), 0, static_cast<size_t>(nd - 2), size, stride))
+    return as_3d(contiguous(x));
+  return make_view(x, {size, x.size(nd - 2), x.size(nd - 1)}, {stride, x.stride(nd - 2), x.stride(nd - 1)},
+                   x.storage_offset());
+}
+
+// x [*lead, C] as [1, R, C] with R = prod(lead): a view when the leading dims merge, else a copy.
+Tensor rows_3d(const Tensor& x) {
+  const int64_t nd = x.dim();
+  int64_t rows = 1, row_stride = 1;
+  if (!merge_dims(x.sizes(), x.strides(), 0, static_cast<size_t>(nd - 1), rows, row_stride))
+    return rows_3d(contiguous(x));
+  return make_view(x, {1, rows, x.size(nd - 1)}, {rows * row_stride, row_stride, x.stride(nd - 1)},
+                   x.storage_offset());
+}
+
+Tensor run_kernel(const Tensor& a3, const Tensor& b3, const Tensor& bias) {
+  Tensor out = empty({std::max(a3.size(0), b3.size(0)), a3.size(1), b3.size(2)}, a3.options());
+  if (out.numel() > 0) get_kernel<Op::matmul>(a3.device())(out, a3, b3, bias);
+  return out;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_operands(a, b, "matmul");
+  LOOM_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dim, got shapes ",
+             a.sizes(), " and ", b.sizes());
+  const int64_t da = a.dim(), db = b.dim();
+  Tensor A = da == 1 ? unsqueeze(a, 0) : a;  // [*, M, K]
+  Tensor B = db == 1 ? unsqueeze(b, 1) : b;  // [*, K, N]
+  const int64_t m = A.size(-2), k = A.size(-1), n = B.size(-1);
+  LOOM_CHECK(B.size(-2) == k, "matmul: inner dimensions differ: shapes ", a.sizes(), " and ", b.sizes(), " (",
+             k, " vs ", B.size(-2), ")");
+  IntArrayRef batch_a(A.sizes().data(), static_cast<size_t>(A.dim() - 2));
+  IntArrayRef batch_b(B.sizes().data(), static_cast<size_t>(B.dim() - 2));
+  const size_t nb = std::max(batch_a.size(), batch_b.size());
+  DimVector batch(nb);
+  for (size_t i = 0; i < nb; ++i) {
+    int64_t x = i < nb - batch_a.size() ? 1 : batch_a[i - (nb - batch_a.size())];
+    int64_t y = i < nb - batch_b.size() ? 1 : batch_b[i - (nb - batch_b.size())];
+    LOOM_CHECK(x == y || x == 1 || y == 1, "matmul: batch dimensions of shapes ", a.sizes(), " and ",
+               b.sizes(), " cannot be broadcast (", x, " vs ", y, ")");
+    batch[i] = x == 1 ? y : x;
+  }
+
+  DimVector result_shape(batch);
+  if (da > 1) result_shape.push_back(m);
+  if (db > 1) result_shape.push_back(n);
+
+  Tensor out3;
+  int64_t rows = 1, row_stride = 1;
+  if (B.dim() == 2 &&
+      merge_dims(A.sizes(), A.strides(), 0, static_cast<size_t>(A.dim() - 1), rows, row_stride)) {
+    // [*, M, K] x [K, N]: the batch folds into the rows, one GEMM.
+    Tensor a3 = make_view(A, {1, rows, k}, {rows * row_stride, row_stride, A.stride(-1)}, A.storage_offset());
+    out3 = run_kernel(a3, unsqueeze(B, 0), Tensor());
+  } else {
+    DimVector shape_a(batch), shape_b(batch);
+    shape_a.push_back(m);
+    shape_a.push_back(k);
+    shape_b.push_back(k);
+    shape_b.push_back(n);
+    out3 = run_kernel(as_3d(expand(A, shape_a)), as_3d(expand(B, shape_b)), Tensor());
+  }
+  return out3.view(result_shape);
+}
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  check_operands(a, b, "mm");
+  LOOM_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D matrices, got shapes ", a.sizes(), " and ",
+             b.sizes());
+  LOOM_CHECK(a.size(1) == b.size(0), "mm: inner dimensions differ: shapes ", a.sizes(), " and ", b.sizes(),
+             " (", a.size(1), " vs ", b.size(0), ")");
+  return run_kernel(unsqueeze(a, 0), unsqueeze(b, 0), Tensor()).view({a.size(0), b.size(1)});
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  check_operands(a, b, "bmm");
+  LOOM_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D batches of matrices, got shapes ", a.sizes(),
+             " and ", b.sizes());
+  LOOM_CHECK(a.size(0) == b.size(0), "bmm: batch sizes differ: shapes ", a.sizes(), " and ", b.sizes());
+  LOOM_CHECK(a.size(2) == b.size(1), "bmm: inner dimensions differ: shapes ", a.sizes(), " and ", b.sizes(),
+             " (", a.size(2), " vs ", b.size(1), ")");
+  if (a.size(0) == 0) return empty({0, a.size(1), b.size(2)}, a.options());
+  return run_kernel(a, b, Tensor());
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_operands(x, weight, "linear");
+  LOOM_CHECK(x.dim() >= 1, "linear: expected an input with at least 1 dim, got shape ", x.sizes());
+  LOOM_CHECK(weight.dim() == 2, "linear: expected a 2-D weight [out, in], got shape ", weight.sizes());
+  const int64_t in = weight.size(1), out_features = weight.size(0);
+  LOOM_CHECK(x.size(-1) == in, "linear: input shape ", x.sizes(), " does not match weight shape ",
+             weight.sizes(), " (", x.size(-1), " input features vs ", in, ")");
+  if (bias.defined()) {
+    check_same_device(x, bias, "linear");
+    LOOM_CHECK(bias.dim() == 1 && bias.size(0) == out_features, "linear: expected a bias of shape [",
+               out_features, "] for weight shape ", weight.sizes(), ", got ", bias.sizes());
+    LOOM_CHECK(bias.dtype() == x.dtype(), "linear: bias dtype ", bias.dtype(), " differs from input dtype ",
+               x.dtype());
+  }
+  DimVector result_shape(x.sizes());
+  result_shape.back() = out_features;
+  Tensor w_t = make_view(weight, {1, in, out_features},
+                         {in * out_features, weight.stride(1), weight.stride(0)}, weight.storage_offset());
+  return run_kernel(rows_3d(x), w_t, bias).view(result_shape);
+}
+
+// ---- Tensor methods ------------------------------------------------------------------------
+Tensor Tensor::matmul(const Tensor& other) const {
+  return loom::matmul(*this, other);
+}
+Tensor Tensor::mm(const Tensor& other) const {
+  return loom::mm(*this, other);
+}
+Tensor Tensor::bmm(const Tensor& other) const {
+  return loom::bmm(*this, other);
+}
+
+}  // namespace loom
