@@ -7,6 +7,8 @@
  *                       GB/s = 2 * 4 * 16M / t; add should reach >= 80% of it
  *   conv_CtoK_b32       conv 3x3, padding 1, batch 32, 32x32 input: forward + backward to
  *                       the input + backward to weight and bias, images/s
+ *   conv_3to64_b32_first_layer  the same without the input gradient (a first layer), as the
+ *                       PyTorch anchor measures its 3->64 case
  *   softmax_f32_4096x4096  softmax over the last dim, GB/s = 2 * 4 * 4096^2 / t
  */
 #include <omp.h>
@@ -28,10 +30,14 @@ BenchCase matmul_case(int64_t n) {
           }};
 }
 
-BenchCase conv_case(int64_t cin, int64_t cout) {
-  std::string name = "conv_" + std::to_string(cin) + "to" + std::to_string(cout) + "_b32";
-  return {name, "images_per_s", "images/s", 1,
-          "conv2d 3x3 pad 1, batch 32, 32x32, forward + grad input + grad weight and bias", [cin, cout] {
+// with_grad_input = false is a first layer, whose input needs no gradient: the workload of
+// the PyTorch anchor's 3->64 case (../shared/anchors/conv.py).
+BenchCase conv_case(int64_t cin, int64_t cout, bool with_grad_input = true) {
+  std::string name = "conv_" + std::to_string(cin) + "to" + std::to_string(cout) + "_b32" +
+                     (with_grad_input ? "" : "_first_layer");
+  std::string what = with_grad_input ? "forward + grad input + grad weight and bias" : "forward + grad weight and bias";
+  return {name, "images_per_s", "images/s", 1, "conv2d 3x3 pad 1, batch 32, 32x32, " + what,
+          [cin, cout, with_grad_input] {
             const int64_t batch = 32;
             Tensor x = randn({batch, cin, 32, 32});
             Tensor w = randn({cout, cin, 3, 3}).mul(0.1), b = randn({cout});
@@ -40,7 +46,7 @@ BenchCase conv_case(int64_t cin, int64_t cout) {
             p.padding = {1, 1};
             return Workload{[=] {
                               (void)conv2d(x, w, b, p.stride, p.padding, p.dilation, p.groups);
-                              (void)conv2d_backward_input(grad_out, w, x.sizes(), p);
+                              if (with_grad_input) (void)conv2d_backward_input(grad_out, w, x.sizes(), p);
                               (void)conv2d_backward_weight(grad_out, x, w.sizes(), true, p);
                             },
                             static_cast<double>(batch)};
@@ -69,6 +75,7 @@ const std::vector<BenchCase>& all_cases() {
                                    2.0 * 4 * n16m};
                  }});
     c.push_back(conv_case(3, 64));
+    c.push_back(conv_case(3, 64, /*with_grad_input=*/false));
     c.push_back(conv_case(64, 64));
     c.push_back({"softmax_f32_4096x4096", "gbytes_per_s", "GB/s", 1e9, "softmax over the last dim of 4096 x 4096 float32",
                  [] {

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   try {
     const auto& cases = loom::bench::all_cases();
     if (list) {
-      for (const auto& c : cases) std::printf("%-24s %s (%s)\n", c.name.c_str(), c.description.c_str(), c.unit.c_str());
+      for (const auto& c : cases) std::printf("%-28s %s (%s)\n", c.name.c_str(), c.description.c_str(), c.unit.c_str());
       return 0;
     }
     for (const auto& name : selected) {
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
                             {"calls_per_sample", m.calls_per_sample}};
         std::cout << j.dump() << std::endl;
       } else {
-        std::printf("%-24s %10.1f %-9s (median of %d samples, %.3f ms per call, %d threads)\n", c.name.c_str(),
+        std::printf("%-28s %10.1f %-9s (median of %d samples, %.3f ms per call, %d threads)\n", c.name.c_str(),
                     value, c.unit.c_str(), m.samples, m.seconds_per_call * 1e3, threads);
         std::fflush(stdout);
       }
