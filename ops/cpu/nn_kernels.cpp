@@ -29,6 +29,7 @@
 
 #include "core/parallel.h"
 #include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/row_buffers.h"
 #include "ops/dispatch.h"
 
 namespace loom::cpu {
@@ -66,36 +67,6 @@ DimGeometry geometry_around(const Tensor& t, int64_t dim) {
 // Rows of `row_len` elements per parallel chunk so that a chunk holds enough work.
 int64_t rows_grain(int64_t row_len) {
   return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(row_len, 1));
-}
-
-// p as opmath values: p itself when T is already the compute type, else converted into buf.
-template <class A, class T>
-const A* load(const T* p, int64_t n, std::vector<A>& buf) {
-  if constexpr (std::is_same_v<T, A>) {
-    return p;
-  } else {
-    buf.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<A>(p[i]);
-    return buf.data();
-  }
-}
-
-// Where to compute a row of output: dst itself for the compute type, else buf (then store()).
-template <class A, class T>
-A* scratch(T* dst, int64_t n, std::vector<A>& buf) {
-  if constexpr (std::is_same_v<T, A>) {
-    return dst;
-  } else {
-    buf.resize(static_cast<size_t>(n));
-    return buf.data();
-  }
-}
-
-template <class A, class T>
-void store(T* dst, const A* src, int64_t n) {
-  if constexpr (!std::is_same_v<T, A>) {
-    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i]);
-  }
 }
 
 // ---- exp(x - m) and its sum over a row ----------------------------------------------------------

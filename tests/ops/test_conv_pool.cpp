@@ -11,6 +11,7 @@
 #include <random>
 
 #include "ops/ops.h"
+#include "tests/test_util.h"
 
 using namespace loom;
 
@@ -40,31 +41,10 @@ bool is_nhwc(const Tensor& t) {
   return t.stride(1) == 1 && t.stride(3) == t.size(1) && t.stride(2) == t.size(1) * t.size(3);
 }
 
-struct Tol {
-  double rtol, atol;
-};
-Tol tol_for(DType t) {
-  switch (t) {
-    case kBFloat16:
-      return {1.6e-2, 1e-5};
-    case kFloat16:
-      return {1e-3, 1e-5};
-    case kFloat32:
-      return {1.3e-6, 1e-5};
-    default:
-      return {1e-7, 1e-7};
-  }
-}
-
+// Shape first, then values with the dtype's tolerance (tests/test_util.h).
 void check_close(const Tensor& actual, const std::vector<double>& expected, IntArrayRef shape) {
   REQUIRE(actual.sizes() == shape);
-  std::vector<double> got = actual.to_vector<double>();
-  REQUIRE(got.size() == expected.size());
-  Tol tol = tol_for(actual.dtype());
-  for (size_t i = 0; i < got.size(); ++i) {
-    CAPTURE(i);
-    CHECK(std::abs(got[i] - expected[i]) <= tol.atol + tol.rtol * std::abs(expected[i]));
-  }
+  test::check_close(actual, expected, test::tol_for(actual.dtype()));
 }
 
 void check_equal_ints(const Tensor& actual, const std::vector<int64_t>& expected) {

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "ops/ops.h"
+#include "tests/test_util.h"
 
 using namespace loom;
 
@@ -25,33 +26,10 @@ Tensor grid(IntArrayRef sizes, DType dtype, uint32_t seed) {
   return t.to(dtype);
 }
 
-struct Tol {
-  double rtol, atol;
-};
-Tol tol_for(DType t) {
-  switch (t) {
-    case kBFloat16:
-      return {1.6e-2, 1e-5};
-    case kFloat16:
-      return {1e-3, 1e-5};
-    case kFloat32:
-      return {1.3e-6, 1e-5};
-    case kFloat64:
-      return {1e-7, 1e-7};
-    default:
-      return {0, 0};
-  }
-}
-
+// Shape first, then values with the dtype's tolerance (tests/test_util.h).
 void check_close(const Tensor& actual, const std::vector<double>& expected, IntArrayRef shape) {
   REQUIRE(actual.sizes() == shape);
-  std::vector<double> got = actual.to_vector<double>();
-  REQUIRE(got.size() == expected.size());
-  Tol tol = tol_for(actual.dtype());
-  for (size_t i = 0; i < got.size(); ++i) {
-    CAPTURE(i);
-    CHECK(std::abs(got[i] - expected[i]) <= tol.atol + tol.rtol * std::abs(expected[i]));
-  }
+  test::check_close(actual, expected, test::tol_for(actual.dtype()));
 }
 
 // Reference batched product over explicit batch shapes: a [*ba, M, K], b [*bb, K, N] -> [*batch, M, N].

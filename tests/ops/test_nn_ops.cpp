@@ -8,66 +8,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
-#include <limits>
 #include <vector>
 
 #include "ops/ops.h"
+#include "tests/test_util.h"
 
 using namespace loom;
+using namespace loom::test;
 
 namespace {
-
-struct Tol {
-  double rtol, atol;
-};
-
-// PyTorch's assert_close defaults.
-Tol tol_for(DType t) {
-  switch (t) {
-    case kFloat64:
-      return {1e-7, 1e-7};
-    case kFloat16:
-      return {1e-3, 1e-5};
-    case kBFloat16:
-      return {1.6e-2, 1e-5};
-    default:
-      return {1.3e-6, 1e-5};
-  }
-}
-
-void check_close(const Tensor& actual, const std::vector<double>& expected, Tol tol) {
-  REQUIRE(actual.numel() == static_cast<int64_t>(expected.size()));
-  std::vector<double> a = actual.to_vector<double>();
-  int64_t bad = 0, first = -1;
-  for (size_t i = 0; i < a.size(); ++i) {
-    bool ok = std::abs(a[i] - expected[i]) <= tol.atol + tol.rtol * std::abs(expected[i]);
-    if (std::isnan(expected[i])) ok = std::isnan(a[i]);
-    if (!ok && bad++ == 0) first = static_cast<int64_t>(i);
-  }
-  CHECK_MESSAGE(bad == 0, bad, " of ", a.size(), " elements differ; first at ", first, ": got ",
-                (first >= 0 ? a[first] : 0.0), ", expected ", (first >= 0 ? expected[first] : 0.0));
-}
-
-void check_close(const Tensor& actual, const std::vector<double>& expected) {
-  check_close(actual, expected, tol_for(actual.dtype()));
-}
-
-std::vector<double> values(const Tensor& t) {
-  return t.to_vector<double>();
-}
-
-// Deterministic N(0, scale^2) values.
-std::vector<double> random_values(int64_t n, uint64_t seed, double scale = 1.0) {
-  Generator gen(seed);
-  std::vector<double> v = randn({n}, kFloat64, &gen).to_vector<double>();
-  for (double& x : v) x *= scale;
-  return v;
-}
-
-Tensor make(const std::vector<double>& v, IntArrayRef shape, DType dtype = kFloat64) {
-  return tensor<double>(v, shape).to(dtype);
-}
 
 // [outer, size, inner] around dim of a shape.
 struct Around {
@@ -100,31 +49,6 @@ std::vector<double> softmax_ref(const std::vector<double>& x, IntArrayRef shape,
     }
   return y;
 }
-
-// Central differences of f at x, one coordinate at a time.
-std::vector<double> numeric_grad(const std::function<double(const std::vector<double>&)>& f,
-                                 std::vector<double> x, double h = 1e-6) {
-  std::vector<double> g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double keep = x[i];
-    x[i] = keep + h;
-    const double up = f(x);
-    x[i] = keep - h;
-    const double down = f(x);
-    x[i] = keep;
-    g[i] = (up - down) / (2 * h);
-  }
-  return g;
-}
-
-double dot(const Tensor& t, const std::vector<double>& w) {
-  std::vector<double> v = values(t);
-  double s = 0;
-  for (size_t i = 0; i < v.size(); ++i) s += v[i] * w[i];
-  return s;
-}
-
-const Tol kFdTol{1e-5, 1e-7};
 
 }  // namespace
 

@@ -14,61 +14,18 @@
 #include <functional>
 #include <limits>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "ops/ops.h"
+#include "tests/test_util.h"
 
 using namespace loom;
+using namespace loom::test;
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr float kInfF = std::numeric_limits<float>::infinity();
-
-struct Tol {
-  double rtol, atol;
-};
-
-// PyTorch's assert_close defaults.
-Tol tol_for(DType t) {
-  switch (t) {
-    case kFloat32:
-      return {1.3e-6, 1e-5};
-    case kFloat64:
-      return {1e-7, 1e-7};
-    case kBFloat16:
-      return {1.6e-2, 1e-5};
-    case kFloat16:
-      return {1e-3, 1e-5};
-    default:
-      return {0, 0};
-  }
-}
-
-// Empty string when close (NaN equals NaN, infinities must match), else the first mismatch.
-std::string mismatch(const std::vector<double>& got, const std::vector<double>& want, Tol tol) {
-  if (got.size() != want.size())
-    return "sizes differ: " + std::to_string(got.size()) + " vs " + std::to_string(want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double g = got[i], w = want[i];
-    bool ok;
-    if (std::isnan(w))
-      ok = std::isnan(g);
-    else if (std::isinf(w))
-      ok = g == w;
-    else
-      ok = std::abs(g - w) <= tol.atol + tol.rtol * std::abs(w);
-    if (!ok) {
-      std::ostringstream os;
-      os << "element " << i << ": got " << g << ", expected " << w;
-      return os.str();
-    }
-  }
-  return "";
-}
 
 void check_tensor(const Tensor& actual, IntArrayRef shape, DType dtype, const std::vector<double>& want,
                   Tol tol) {
@@ -78,8 +35,7 @@ void check_tensor(const Tensor& actual, IntArrayRef shape, DType dtype, const st
   std::vector<double> rounded = want;
   if (is_floating(dtype) && dtype != kFloat64 && !want.empty())
     rounded = tensor<double>(want).to(dtype).to_vector<double>();
-  const std::string bad = mismatch(actual.to_vector<double>(), rounded, tol);
-  CHECK_MESSAGE(bad.empty(), bad);
+  check_close(actual, rounded, tol);
 }
 
 // Row-major shape with `dims` (wrapped, sorted) removed or kept as 1.
@@ -215,7 +171,7 @@ struct Layout {
   Tensor x;
 };
 
-Tensor random_values(IntArrayRef shape, DType dtype) {
+Tensor random_tensor(IntArrayRef shape, DType dtype) {
   if (dtype == kBool) return randint(0, 2, shape).to(kBool);
   if (dtype == kUInt8) return randint(0, 7, shape).to(dtype);
   if (is_integral(dtype)) return randint(-3, 4, shape).to(dtype);
@@ -224,10 +180,10 @@ Tensor random_values(IntArrayRef shape, DType dtype) {
 
 std::vector<Layout> layouts(int64_t a, int64_t b, int64_t c, DType dtype) {
   return {
-      {"contiguous", random_values({a, b, c}, dtype)},
-      {"transposed", random_values({c, b, a}, dtype).permute({2, 1, 0})},
-      {"step-sliced", random_values({2 * a, b, 2 * c}, dtype).slice(0, 0, 2 * a, 2).slice(2, 1, 2 * c, 2)},
-      {"expanded", random_values({a, 1, c}, dtype).expand({a, b, c})},
+      {"contiguous", random_tensor({a, b, c}, dtype)},
+      {"transposed", random_tensor({c, b, a}, dtype).permute({2, 1, 0})},
+      {"step-sliced", random_tensor({2 * a, b, 2 * c}, dtype).slice(0, 0, 2 * a, 2).slice(2, 1, 2 * c, 2)},
+      {"expanded", random_tensor({a, 1, c}, dtype).expand({a, b, c})},
   };
 }
 

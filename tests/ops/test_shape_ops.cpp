@@ -7,13 +7,14 @@
  */
 #include <doctest/doctest.h>
 
-#include <cmath>
 #include <functional>
 #include <vector>
 
 #include "ops/ops.h"
+#include "tests/test_util.h"
 
 using namespace loom;
+using namespace loom::test;
 
 namespace {
 
@@ -37,43 +38,6 @@ int64_t flat(IntArrayRef sizes, const Index& idx) {
   int64_t pos = 0;
   for (size_t d = 0; d < sizes.size(); ++d) pos = pos * sizes[d] + idx[d];
   return pos;
-}
-
-struct Tolerance {
-  double rtol, atol;
-};
-Tolerance tolerance(DType t) {
-  switch (t) {
-    case kFloat32:
-      return {1.3e-6, 1e-5};
-    case kFloat64:
-      return {1e-7, 1e-7};
-    case kBFloat16:
-      return {1.6e-2, 1e-5};
-    case kFloat16:
-      return {1e-3, 1e-5};
-    default:
-      return {0, 0};
-  }
-}
-
-// Compares every element of `actual` with `expected` (row-major) under actual's dtype
-// tolerance; reports the first mismatch.
-void check_close(const Tensor& actual, const std::vector<double>& expected) {
-  std::vector<double> got = actual.to_vector<double>();
-  REQUIRE(got.size() == expected.size());
-  Tolerance tol = tolerance(actual.dtype());
-  int64_t bad = 0, first = -1;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!(std::abs(got[i] - expected[i]) <= tol.atol + tol.rtol * std::abs(expected[i]))) {
-      if (first < 0) first = static_cast<int64_t>(i);
-      ++bad;
-    }
-  }
-  if (bad) {
-    INFO("first mismatch at ", first, ": got ", got[first], ", expected ", expected[first]);
-    CHECK(bad == 0);
-  }
 }
 
 Tensor f32(std::vector<float> v, IntArrayRef sizes = {}) {
