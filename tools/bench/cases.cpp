@@ -9,6 +9,7 @@
  *                       the input + backward to weight and bias, images/s
  *   conv_3to64_b32_first_layer  the same without the input gradient (a first layer), as the
  *                       PyTorch anchor measures its 3->64 case
+ *   conv_*_cl           the same with channels_last (NHWC-strided) activations
  *   softmax_f32_4096x4096  softmax over the last dim, GB/s = 2 * 4 * 4096^2 / t
  */
 #include <omp.h>
@@ -32,16 +33,26 @@ BenchCase matmul_case(int64_t n) {
 
 // with_grad_input = false is a first layer, whose input needs no gradient: the workload of
 // the PyTorch anchor's 3->64 case (../shared/anchors/conv.py).
-BenchCase conv_case(int64_t cin, int64_t cout, bool with_grad_input = true) {
+// channels_last: activations stored NHWC (NCHW sizes with NHWC strides), as PyTorch's
+// channels_last memory format; oneDNN then needs no layout reorders for them.
+BenchCase conv_case(int64_t cin, int64_t cout, bool with_grad_input, bool channels_last) {
   std::string name = "conv_" + std::to_string(cin) + "to" + std::to_string(cout) + "_b32" +
-                     (with_grad_input ? "" : "_first_layer");
+                     (with_grad_input ? "" : "_first_layer") + (channels_last ? "_cl" : "");
   std::string what = with_grad_input ? "forward + grad input + grad weight and bias" : "forward + grad weight and bias";
-  return {name, "images_per_s", "images/s", 1, "conv2d 3x3 pad 1, batch 32, 32x32, " + what,
-          [cin, cout, with_grad_input] {
+  return {name, "images_per_s", "images/s", 1,
+          "conv2d 3x3 pad 1, batch 32, 32x32, " + what + (channels_last ? ", channels_last" : ""),
+          [cin, cout, with_grad_input, channels_last] {
             const int64_t batch = 32;
-            Tensor x = randn({batch, cin, 32, 32});
+            auto activation = [channels_last](int64_t n, int64_t c) {
+              Tensor t = randn({n, c, 32, 32});
+              if (!channels_last) return t;
+              Tensor nhwc = empty({n, 32, 32, c}).permute({0, 3, 1, 2});
+              nhwc.copy_(t);
+              return nhwc;
+            };
+            Tensor x = activation(batch, cin);
             Tensor w = randn({cout, cin, 3, 3}).mul(0.1), b = randn({cout});
-            Tensor grad_out = randn({batch, cout, 32, 32});
+            Tensor grad_out = activation(batch, cout);
             Conv2dParams p;
             p.padding = {1, 1};
             return Workload{[=] {
@@ -74,9 +85,11 @@ const std::vector<BenchCase>& all_cases() {
                                    },
                                    2.0 * 4 * n16m};
                  }});
-    c.push_back(conv_case(3, 64));
-    c.push_back(conv_case(3, 64, /*with_grad_input=*/false));
-    c.push_back(conv_case(64, 64));
+    for (bool channels_last : {false, true}) {
+      c.push_back(conv_case(3, 64, /*with_grad_input=*/true, channels_last));
+      c.push_back(conv_case(3, 64, /*with_grad_input=*/false, channels_last));
+      c.push_back(conv_case(64, 64, /*with_grad_input=*/true, channels_last));
+    }
     c.push_back({"softmax_f32_4096x4096", "gbytes_per_s", "GB/s", 1e9, "softmax over the last dim of 4096 x 4096 float32",
                  [] {
                    Tensor x = randn({4096, 4096});
