@@ -27,6 +27,43 @@ struct StridedGeometry {
   DimVector sizes;
   std::array<DimVector, N> byte_strides;
   std::array<char*, N> base;
+
+  // The multi-index of row-major position `pos` and each operand's pointer to that element.
+  void locate(int64_t pos, DimVector& index, std::array<char*, N>& ptrs) const {
+    const size_t nd = sizes.size();
+    index.assign(nd, 0);
+    for (size_t i = nd; i-- > 0;) {
+      index[i] = pos % sizes[i];
+      pos /= sizes[i];
+    }
+    for (size_t k = 0; k < N; ++k) {
+      ptrs[k] = base[k];
+      for (size_t i = 0; i < nd; ++i) ptrs[k] += index[i] * byte_strides[k][i];
+    }
+  }
+
+  // Calls visit(ptrs, n) on the runs of the innermost dim that cover positions [begin, end),
+  // given the index and pointers of `begin` (from locate).
+  template <class Visit>
+  void walk(int64_t begin, int64_t end, DimVector index, std::array<char*, N> ptrs, const Visit& visit) const {
+    const size_t nd = sizes.size();
+    const int64_t inner = sizes[nd - 1];
+    int64_t pos = begin;
+    while (pos < end) {
+      const int64_t n = std::min(inner - index[nd - 1], end - pos);
+      visit(ptrs, n);
+      pos += n;
+      if (pos >= end) break;
+      // Advance to the start of the next run: carry through the outer dims.
+      index[nd - 1] += n;
+      for (size_t k = 0; k < N; ++k) ptrs[k] += n * byte_strides[k][nd - 1];
+      for (size_t i = nd - 1; i > 0 && index[i] == sizes[i]; --i) {
+        index[i] = 0;
+        ++index[i - 1];
+        for (size_t k = 0; k < N; ++k) ptrs[k] += byte_strides[k][i - 1] - sizes[i] * byte_strides[k][i];
+      }
+    }
+  }
 };
 
 template <size_t N>
@@ -79,38 +116,15 @@ void for_each_run(const std::array<const Tensor*, N>& operands, int64_t grain, c
   if (numel == 0) return;
   StridedGeometry<N> g = coalesce<N>(operands);
   const size_t nd = g.sizes.size();
-  const int64_t inner = g.sizes[nd - 1];
   std::array<int64_t, N> inner_strides;
   for (size_t k = 0; k < N; ++k) inner_strides[k] = g.byte_strides[k][nd - 1];
 
   parallel_for(0, numel, grain, [&](int64_t begin, int64_t end) {
-    // Multi-index of `begin` over the outer dims, and pointers to it.
-    DimVector index(nd, 0);
-    int64_t rest = begin;
-    for (size_t i = nd; i-- > 0;) {
-      index[i] = rest % g.sizes[i];
-      rest /= g.sizes[i];
-    }
+    DimVector index;
     std::array<char*, N> ptrs;
-    for (size_t k = 0; k < N; ++k) {
-      ptrs[k] = g.base[k];
-      for (size_t i = 0; i < nd; ++i) ptrs[k] += index[i] * g.byte_strides[k][i];
-    }
-    int64_t pos = begin;
-    while (pos < end) {
-      int64_t n = std::min(inner - index[nd - 1], end - pos);
-      loop(ptrs.data(), inner_strides.data(), n);
-      pos += n;
-      if (pos >= end) break;
-      // Advance to the start of the next run: carry through the outer dims.
-      index[nd - 1] += n;
-      for (size_t k = 0; k < N; ++k) ptrs[k] += n * inner_strides[k];
-      for (size_t i = nd - 1; i > 0 && index[i] == g.sizes[i]; --i) {
-        index[i] = 0;
-        ++index[i - 1];
-        for (size_t k = 0; k < N; ++k) ptrs[k] += g.byte_strides[k][i - 1] - g.sizes[i] * g.byte_strides[k][i];
-      }
-    }
+    g.locate(begin, index, ptrs);
+    g.walk(begin, end, std::move(index), ptrs,
+           [&](const std::array<char*, N>& p, int64_t n) { loop(p.data(), inner_strides.data(), n); });
   });
 }
 

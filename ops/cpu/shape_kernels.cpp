@@ -107,41 +107,12 @@ void for_each_run_serial_dim(const std::array<const Tensor*, N>& operands, int64
   const bool dim_inside =
       len > 1 && (inner == 1 || std::abs(dim_strides[order_by]) < std::abs(inner_strides[order_by]));
 
-  // Calls visit(ptrs, n) on the runs of the other dims covering [begin, end) from `ptrs`.
-  auto walk = [&](int64_t begin, int64_t end, const DimVector& start, std::array<char*, N> ptrs,
-                  auto&& visit) {
-    DimVector index = start;
-    int64_t pos = begin;
-    while (pos < end) {
-      const int64_t n = std::min(inner - index[nd - 1], end - pos);
-      visit(ptrs, n);
-      pos += n;
-      if (pos >= end) break;
-      index[nd - 1] += n;
-      for (size_t k = 0; k < N; ++k) ptrs[k] += n * inner_strides[k];
-      for (size_t i = nd - 1; i > 0 && index[i] == g.sizes[i]; --i) {
-        index[i] = 0;
-        ++index[i - 1];
-        for (size_t k = 0; k < N; ++k)
-          ptrs[k] += g.byte_strides[k][i - 1] - g.sizes[i] * g.byte_strides[k][i];
-      }
-    }
-  };
-
   parallel_for(0, numel, std::max<int64_t>(1, kParallelGrain / len), [&](int64_t begin, int64_t end) {
-    DimVector start(nd, 0);
-    int64_t r = begin;
-    for (size_t i = nd; i-- > 0;) {
-      start[i] = r % g.sizes[i];
-      r /= g.sizes[i];
-    }
+    DimVector start;
     std::array<char*, N> start_ptrs;
-    for (size_t k = 0; k < N; ++k) {
-      start_ptrs[k] = g.base[k];
-      for (size_t i = 0; i < nd; ++i) start_ptrs[k] += start[i] * g.byte_strides[k][i];
-    }
+    g.locate(begin, start, start_ptrs);
     if (dim_inside) {
-      walk(begin, end, start, start_ptrs, [&](std::array<char*, N> ptrs, int64_t n) {
+      g.walk(begin, end, start, start_ptrs, [&](std::array<char*, N> ptrs, int64_t n) {
         for (int64_t i = 0; i < n; ++i) {
           loop(ptrs.data(), dim_strides.data(), len);
           for (size_t k = 0; k < N; ++k) ptrs[k] += inner_strides[k];
@@ -151,8 +122,8 @@ void for_each_run_serial_dim(const std::array<const Tensor*, N>& operands, int64
       for (int64_t step = 0; step < len; ++step) {
         std::array<char*, N> ptrs;
         for (size_t k = 0; k < N; ++k) ptrs[k] = start_ptrs[k] + step * dim_strides[k];
-        walk(begin, end, start, ptrs,
-             [&](const std::array<char*, N>& p, int64_t n) { loop(p.data(), inner_strides.data(), n); });
+        g.walk(begin, end, start, ptrs,
+               [&](const std::array<char*, N>& p, int64_t n) { loop(p.data(), inner_strides.data(), n); });
       }
     }
   });
