@@ -1,6 +1,8 @@
 /* TensorImpl geometry and the core creation functions (empty, from_blob, make_view). */
 #include "core/tensor.h"
 
+#include "core/grad_mode.h"
+
 namespace loom {
 
 TensorImpl::TensorImpl(Storage storage, DimVector sizes, DimVector strides, int64_t storage_offset, DType dtype)
@@ -74,8 +76,11 @@ Tensor from_blob(void* data, IntArrayRef sizes, TensorOptions options, std::func
 }
 
 Tensor make_view(const Tensor& base, IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset) {
-  return Tensor(std::make_shared<TensorImpl>(base.storage(), DimVector(sizes), DimVector(strides), storage_offset,
-                                             base.dtype()));
+  auto impl = std::make_shared<TensorImpl>(base.storage(), DimVector(sizes), DimVector(strides), storage_offset,
+                                           base.dtype());
+  // Remember the root base (inference mode skips it: nothing will be differentiated).
+  if (!GradMode::is_inference()) impl->set_view_base(base.is_view() ? base.impl()->view_base() : base.impl_ptr());
+  return Tensor(std::move(impl));
 }
 
 }  // namespace loom

@@ -27,10 +27,15 @@
 
 namespace loom {
 
+namespace autograd {
+class Node;
+}
+
 // Autograd keeps its per-tensor state (grad, grad_fn, requires_grad) behind this interface so
 // that core does not depend on the autograd layer.
 struct AutogradMetaInterface {
   virtual ~AutogradMetaInterface() = default;
+  virtual bool requires_grad() const = 0;
 };
 
 class TensorImpl {
@@ -54,6 +59,12 @@ class TensorImpl {
 
   AutogradMetaInterface* autograd_meta() const { return autograd_meta_.get(); }
   void set_autograd_meta(std::unique_ptr<AutogradMetaInterface> meta) { autograd_meta_ = std::move(meta); }
+  bool requires_grad() const { return autograd_meta_ && autograd_meta_->requires_grad(); }
+
+  // The tensor this one is a view of (null for a non-view). Autograd needs it when a view is
+  // modified in place: the base's history must change too (torch's _base).
+  const std::shared_ptr<TensorImpl>& view_base() const { return view_base_; }
+  void set_view_base(std::shared_ptr<TensorImpl> base) { view_base_ = std::move(base); }
 
  private:
   void refresh();
@@ -66,6 +77,7 @@ class TensorImpl {
   DType dtype_;
   bool is_contiguous_ = true;
   std::unique_ptr<AutogradMetaInterface> autograd_meta_;
+  std::shared_ptr<TensorImpl> view_base_;
 };
 
 class Tensor {
@@ -99,6 +111,9 @@ class Tensor {
   // True when both tensors view the same storage.
   bool shares_storage(const Tensor& other) const { return storage() == other.storage(); }
   uint64_t version() const { return storage()->version(); }
+  // A view made by a view op (or make_view) of `base()`, which is never itself a view.
+  bool is_view() const { return checked().view_base() != nullptr; }
+  Tensor base() const { return Tensor(checked().view_base()); }
 
   void* data_ptr() const { return checked().data(); }
   // Typed pointer to the first element; throws if T does not match the dtype.
@@ -251,6 +266,38 @@ class Tensor {
   Tensor triu(int64_t diagonal = 0) const;
   Tensor repeat(IntArrayRef repeats) const;
   Tensor flip(IntArrayRef dims) const;
+
+  // ---- autograd (autograd/tensor_autograd.cpp; a program that calls these links loom_autograd)
+  // Whether ops on this tensor are recorded for backward: a leaf that asked for it, or the
+  // result of a recorded op.
+  bool requires_grad() const { return impl_ && impl_->requires_grad(); }
+  // Marks a leaf (floating dtype) as needing its gradient; throws on a non-leaf.
+  Tensor& requires_grad_(bool requires_grad = true);
+  Tensor& set_requires_grad(bool requires_grad) { return requires_grad_(requires_grad); }
+  // The accumulated gradient (undefined until a backward reaches this leaf).
+  const Tensor& grad() const;
+  Tensor& mutable_grad();  // to set or reset it (optimizers, zero_grad)
+  // The node that computed this tensor (null for leaves and tensors outside autograd).
+  std::shared_ptr<autograd::Node> grad_fn() const;
+  bool is_leaf() const;  // no grad_fn: created by the user, or by an op nobody records
+  uint32_t output_nr() const;  // which output of grad_fn this is
+  // The same data, cut out of the graph (never requires grad); shares storage and version.
+  Tensor detach() const;
+  Tensor& detach_();
+  // Backpropagates from this tensor: d(this)/d(leaf) accumulated into every leaf's grad().
+  // gradient: d(loss)/d(this), required unless this has one element. The graph is freed
+  // unless retain_graph; create_graph records the backward itself (for higher derivatives).
+  void backward(const Tensor& gradient = {}, std::optional<bool> retain_graph = {}, bool create_graph = false) const;
+  // A non-leaf keeps its gradient in grad() too (leaves always do).
+  void retain_grad() const;
+  bool retains_grad() const;
+  // hook(grad) runs when this tensor's gradient is computed; a defined return value replaces
+  // the gradient. Returns a handle for remove_hook.
+  uint64_t register_hook(std::function<Tensor(const Tensor&)> hook) const;
+  void remove_hook(uint64_t handle) const;
+  // Leaves only: hook(tensor) runs right after a backward has finished accumulating into
+  // grad() — the moment the gradient is final (DDP starts the bucket's all-reduce there).
+  uint64_t register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
 
   // ---- compound assignment -------------------------------------------------------------
   Tensor& operator+=(const Tensor& other) { return add_(other); }

@@ -1,6 +1,7 @@
 /* Copies, casts, fills and item() (see copy_ops.h). */
 #include "ops/copy_ops.h"
 
+#include "ops/autograd_hook.h"
 #include "ops/dispatch.h"
 #include "ops/op_utils.h"
 #include "ops/view_ops.h"
@@ -10,6 +11,10 @@ namespace loom {
 const Tensor& copy_(const Tensor& dst, const Tensor& src) {
   check_defined(dst, "copy_", "destination");
   check_defined(src, "copy_", "source");
+  // Recorded before the data changes, so that a refused in-place write (a leaf that requires
+  // grad) leaves dst as it was. to(), clone() and contiguous() are recorded here too.
+  if (should_record(dst, src)) record_copy_(dst, src);
+  AutoGradMode below_autograd(false);
   Tensor source = src.sizes() == dst.sizes() ? src : expand(src, dst.sizes());
   if (dst.numel() == 0) return dst;
   // A copy that involves a GPU runs on the CUDA backend (it handles both directions).
@@ -24,6 +29,11 @@ const Tensor& fill_(const Tensor& dst, Scalar value) {
   LOOM_CHECK(!(is_integral(dst.dtype(), true) && value.is_floating() && dst.dtype() != DType::Bool &&
                value.to_double() != static_cast<double>(value.to_int())),
              "fill_: value ", value, " cannot be stored in a ", dst.dtype(), " tensor without losing its fraction");
+  if (should_record(dst)) {  // the new value is a constant: dst's history ends here
+    Tensor constant = empty({}, dst.options().device(kCPU));
+    get_kernel<Op::fill>(kCPU)(constant, value);
+    record_copy_(dst, constant);
+  }
   if (dst.numel() > 0) get_kernel<Op::fill>(dst.device())(dst, value);
   dst.storage()->bump_version();
   return dst;

@@ -1,6 +1,7 @@
 /*
  * The typed op table, generated from op_list.def: the Op enum, op names, each op's kernel
- * signature, and register/get functions that check the signature at compile time.
+ * signature and gradient attributes, and register/get functions that check the signature at
+ * compile time.
  * get_kernel throws "gelu has no CUDA kernel" (etc.) for a missing (op, device) pair.
  */
 #pragma once
@@ -11,11 +12,12 @@
 
 #include "core/dispatch.h"
 #include "ops/kernel_types.h"
+#include "ops/op_attrs.h"
 
 namespace loom {
 
 enum class Op : uint16_t {
-#define LOOM_OP(name, signature) name,
+#define LOOM_OP(name, signature, attrs) name,
 #include "ops/op_list.def"
 #undef LOOM_OP
   kCount
@@ -24,14 +26,14 @@ enum class Op : uint16_t {
 inline constexpr size_t kNumOps = static_cast<size_t>(Op::kCount);
 
 inline constexpr std::array<std::string_view, kNumOps> kOpNames = {
-#define LOOM_OP(name, signature) #name,
+#define LOOM_OP(name, signature, attrs) #name,
 #include "ops/op_list.def"
 #undef LOOM_OP
 };
 
 // True for ops that have kernels (everything but views).
 inline constexpr std::array<bool, kNumOps> kOpHasKernel = {
-#define LOOM_OP(name, signature) !std::is_same_v<signature, NoKernel>,
+#define LOOM_OP(name, signature, attrs) !std::is_same_v<signature, NoKernel>,
 #include "ops/op_list.def"
 #undef LOOM_OP
 };
@@ -44,10 +46,11 @@ constexpr std::string_view op_name(Op op) { return kOpNames[static_cast<size_t>(
 
 template <Op op>
 struct OpTraits;
-#define LOOM_OP(name, signature)  \
-  template <>                     \
-  struct OpTraits<Op::name> {     \
-    using Kernel = signature;     \
+#define LOOM_OP(name, signature, attributes) \
+  template <>                                \
+  struct OpTraits<Op::name> {                \
+    using Kernel = signature;                \
+    using Attrs = attributes;                \
   };
 #include "ops/op_list.def"
 #undef LOOM_OP

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "ops/copy_ops.h"
+#include "ops/autograd_hook.h"
 #include "ops/dispatch.h"
 #include "ops/op_utils.h"
 #include "ops/view_ops.h"
@@ -111,9 +112,21 @@ Tensor kernel_input(const Operand& o, DType dtype, IntArrayRef shape, Device dev
 // ---- out-of-place binary ----------------------------------------------------------------------
 
 // out = op(a, b) with both operands in `compute` and the result in `out_dtype`.
+bool requires_grad(const Operand& o) { return o.tensor && o.tensor->requires_grad(); }
+
+// A number operand as the 0-dim tensor autograd records (formulas read its value).
+Tensor recordable(const Operand& o, DType compute, Device device) {
+  return o.tensor ? *o.tensor : scalar_tensor_of(o.scalar, compute, device);
+}
+
 template <Op op>
 Tensor binary_out(const Operand& a, const Operand& b, DType compute, DType out_dtype) {
   constexpr std::string_view name = op_name(op);
+  if (GradMode::is_enabled() && (requires_grad(a) || requires_grad(b)) && is_floating(out_dtype)) {
+    Device device = device_of(a, b, name);
+    Tensor ta = recordable(a, compute, device), tb = recordable(b, compute, device);
+    return recorded<op>({ta, tb}, NoAttrs{}, [&] { return binary_out<op>(Operand(ta), Operand(tb), compute, out_dtype); });
+  }
   Device device = device_of(a, b, name);
   DimVector shape = broadcast_shape(a, b, name);
   Tensor out = empty(shape, TensorOptions(out_dtype).device(device));
@@ -198,6 +211,10 @@ Tensor& binary_inplace(Tensor& self, const Operand& b, DType compute) {
                " doesn't match the broadcast shape ", shape);
   }
   check_writable(self, std::string(name) + "_");
+  if (GradMode::is_enabled() && (self.requires_grad() || requires_grad(b))) {  // out of place, then copy_
+    copy_(self, binary_out<op>(Operand(self), b, compute, compute));
+    return self;
+  }
   if (self.numel() == 0) {
     self.storage()->bump_version();
     return self;
@@ -289,6 +306,7 @@ Tensor unary_out(const Tensor& x, DType compute, DType out_dtype, const Run& run
 
 template <Op op>
 Tensor unary(const Tensor& x, UnaryKind kind) {
+  if (should_record(x)) return recorded<op>({x}, NoAttrs{}, [&] { return unary<op>(x, kind); });
   DType compute = unary_compute_dtype(x, kind, op_name(op));
   auto kernel = get_kernel<op>(x.device());
   return unary_out(x, compute, compute, [&](const Tensor& out, const Tensor& in) { kernel(out, in); });
@@ -300,6 +318,10 @@ Tensor& unary_(Tensor& x, UnaryKind kind) {
   DType compute = unary_compute_dtype(x, kind, name);
   check_can_cast(compute, x.dtype(), name);
   check_writable(x, name);
+  if (should_record(x)) {  // out of place, then copy_
+    copy_(x, unary<op>(x, kind));
+    return x;
+  }
   auto kernel = get_kernel<op>(x.device());
   run_inplace(x, compute, [&](const Tensor& out, const Tensor& in) { kernel(out, in); });
   return x;
@@ -340,6 +362,10 @@ Tensor where_impl(const Tensor& cond, const Operand& a, const Operand& b) {
   LOOM_CHECK(cond.device() == device, "where: expected all tensors on the same device, got ", cond.device(),
              " and ", device);
   DType dtype = result_type(a, b);
+  if (GradMode::is_enabled() && (requires_grad(a) || requires_grad(b))) {
+    Tensor ta = recordable(a, dtype, device), tb = recordable(b, dtype, device);
+    return recorded<Op::where>({cond, ta, tb}, NoAttrs{}, [&] { return where_impl(cond, Operand(ta), Operand(tb)); });
+  }
   DimVector shape = broadcast_shapes(cond.sizes(), broadcast_shape(a, b, "where"), "where");
   Tensor out = empty(shape, TensorOptions(dtype).device(device));
   if (out.numel() == 0) return out;
@@ -405,12 +431,14 @@ Tensor silu(const Tensor& x) { return unary<Op::silu>(x, UnaryKind::FloatOnly); 
 
 Tensor gelu(const Tensor& x, std::string_view approximate) {
   bool use_tanh = gelu_uses_tanh(approximate);
+  if (should_record(x)) return recorded<Op::gelu>({x}, GeluAttrs{use_tanh}, [&] { return gelu(x, approximate); });
   DType compute = unary_compute_dtype(x, UnaryKind::FloatOnly, "gelu");
   auto kernel = get_kernel<Op::gelu>(x.device());
   return unary_out(x, compute, compute, [&](const Tensor& out, const Tensor& in) { kernel(out, in, use_tanh); });
 }
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
+  if (should_record(x)) return recorded<Op::clamp>({x}, ClampAttrs{min, max}, [&] { return clamp(x, min, max); });
   DType compute = clamp_compute_dtype(x, min, max, "clamp");
   auto kernel = get_kernel<Op::clamp>(x.device());
   const Scalar* lo = min ? &*min : nullptr;
@@ -432,6 +460,10 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   check_defined(x, "masked_fill");
   check_bool_mask(mask, "masked_fill", "mask");
   check_same_device(x, mask, "masked_fill");
+  if (should_record(x)) {  // where(mask, value, x)
+    Tensor v = scalar_tensor_of(value, x.dtype(), x.device());
+    return recorded<Op::where>({mask, v, x}, NoAttrs{}, [&] { return masked_fill(x, mask, value); });
+  }
   DimVector shape = x.sizes() == mask.sizes() ? DimVector(x.sizes()) : broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill");
   Tensor out = empty(shape, x.options());
   if (out.numel() == 0) return out;
@@ -561,6 +593,7 @@ Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
   DType compute = clamp_compute_dtype(*this, min, max, "clamp_");
   check_can_cast(compute, dtype(), "clamp_");
   check_writable(*this, "clamp_");
+  if (should_record(*this)) return copy_(loom::clamp(*this, min, max));
   auto kernel = get_kernel<Op::clamp>(device());
   const Scalar* lo = min ? &*min : nullptr;
   const Scalar* hi = max ? &*max : nullptr;
@@ -578,6 +611,7 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
                " cannot be broadcast to the tensor's shape ", sizes());
   }
   check_writable(*this, "masked_fill_");
+  if (should_record(*this)) return copy_(loom::masked_fill(*this, mask, value));
   if (numel() > 0) {
     Tensor m = unaliased(mask.sizes() == sizes() ? mask : loom::expand(mask, sizes()), *this);
     Tensor v = loom::expand(scalar_tensor_of(value, dtype(), device()), sizes());

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/autograd_hook.h"
 #include "ops/copy_ops.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
@@ -101,6 +102,8 @@ Tensor arg_index(const Tensor& x, std::optional<int64_t> dim, bool keepdim, std:
 
 Tensor sum(const Tensor& x, IntArrayRef dims, bool keepdim, std::optional<DType> dtype) {
   ReducePlan r = plan_reduction(x, dims, keepdim, "sum");
+  if (should_record(x))
+    return recorded<Op::sum>({x}, ReduceAttrs{r.dims, keepdim}, [&] { return sum(x, dims, keepdim, dtype); });
   // As PyTorch: with a dtype the input is cast to it first; integers and bool sum in int64.
   // The kernel reads integers into an int64 sum and floating inputs into a sum of their own
   // dtype, float32 or float64 without that cast.

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace loom::bench {
@@ -17,14 +18,57 @@ struct Workload {
   double amount = 0;          // units of work per execution (FLOPs, bytes, images)
 };
 
+// One reported number: a JSON line of its own.
+struct Metric {
+  std::string metric;  // e.g. "fwd_us_per_op"
+  double value = 0;
+  std::string unit;    // e.g. "us"
+};
+
+// How long to measure: `samples` timed samples of at least `min_time` seconds each.
+struct TimingOptions {
+  int samples = 7;
+  double min_time = 0.25;
+};
+
+struct Timing {
+  double seconds_per_call;  // median over samples
+  int calls_per_sample;
+  int samples;
+};
+
+// Warms `run` up, then times `samples` samples of repeated calls; returns the median sample.
+Timing time_median(const std::function<void()>& run, const TimingOptions& options);
+
+// A case is either a single workload (prepare: amount / seconds / scale is reported under
+// `metric`) or a self-measuring case (measure: reports several metrics, each one line).
 struct BenchCase {
+  using Measure = std::function<std::vector<Metric>(const TimingOptions&)>;
+  BenchCase() = default;
+  BenchCase(std::string name, std::string metric, std::string unit, double scale, std::string description,
+            std::function<Workload()> prepare)
+      : name(std::move(name)),
+        metric(std::move(metric)),
+        unit(std::move(unit)),
+        scale(scale),
+        description(std::move(description)),
+        prepare(std::move(prepare)) {}
+  BenchCase(std::string name, std::string unit, std::string description, Measure measure)
+      : name(std::move(name)), unit(std::move(unit)), description(std::move(description)), measure(std::move(measure)) {}
+
   std::string name;
   std::string metric;  // "gflops", "gbytes_per_s", "images_per_s"
   std::string unit;    // printed unit: amount per second is divided by `scale`
   double scale = 1;    // e.g. 1e9 for GFLOP/s
   std::string description;
   std::function<Workload()> prepare;
+  Measure measure;  // instead of prepare
 };
+
+// Cases by layer (cases.cpp: ops, autograd_cases.cpp, data_cases.cpp ...).
+std::vector<BenchCase> op_cases();
+std::vector<BenchCase> autograd_cases();
+std::vector<BenchCase> data_cases();
 
 const std::vector<BenchCase>& all_cases();
 

@@ -66,8 +66,7 @@ BenchCase conv_case(int64_t cin, int64_t cout, bool with_grad_input, bool channe
 
 }  // namespace
 
-const std::vector<BenchCase>& all_cases() {
-  static const std::vector<BenchCase> cases = [] {
+std::vector<BenchCase> op_cases() {
     std::vector<BenchCase> c;
     for (int64_t n : {256, 1024, 2048}) c.push_back(matmul_case(n));
     c.push_back({"add_f32_16M", "gbytes_per_s", "GB/s", 1e9, "c = a + b, 16M float32 (3 x 64 MiB of traffic)", [=] {
@@ -96,8 +95,6 @@ const std::vector<BenchCase>& all_cases() {
                    return Workload{[x] { (void)softmax(x, -1); }, 2.0 * 4 * 4096 * 4096};
                  }});
     return c;
-  }();
-  return cases;
 }
 
 }  // namespace loom::bench

@@ -9,46 +9,12 @@
  */
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "ops/ops.h"
 #include "tools/bench/bench.h"
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-struct Measurement {
-  double seconds_per_call;  // median over samples
-  int calls_per_sample;
-  int samples;
-};
-
-Measurement measure(const std::function<void()>& run, int samples, double min_time) {
-  // Warm-up: caches, primitive creation, allocator, page faults.
-  auto start = Clock::now();
-  int calls = 0;
-  do {
-    run();
-    ++calls;
-  } while (std::chrono::duration<double>(Clock::now() - start).count() < min_time / 2);
-  double per_call = std::chrono::duration<double>(Clock::now() - start).count() / calls;
-  int per_sample = std::max(1, static_cast<int>(min_time / per_call));
-
-  std::vector<double> times;
-  for (int s = 0; s < samples; ++s) {
-    auto t0 = Clock::now();
-    for (int i = 0; i < per_sample; ++i) run();
-    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / per_sample);
-  }
-  std::sort(times.begin(), times.end());
-  return {times[times.size() / 2], per_sample, samples};
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Loom benchmarks: one line (or JSON object) per case, the median of several timed samples."};
@@ -80,8 +46,22 @@ int main(int argc, char** argv) {
     loom::manual_seed(0);
     for (const auto& c : cases) {
       if (!selected.empty() && std::find(selected.begin(), selected.end(), c.name) == selected.end()) continue;
+      if (c.measure) {  // a self-measuring case: one line per metric
+        for (const auto& m : c.measure({samples, min_time})) {
+          if (json) {
+            nlohmann::json j = {{"case", c.name},   {"device", "cpu"}, {"threads", threads},
+                                {"metric", m.metric}, {"value", m.value}, {"unit", m.unit}};
+            std::cout << j.dump() << std::endl;
+          } else {
+            std::printf("%-28s %10.3f %-9s %s (%d threads)\n", c.name.c_str(), m.value, m.unit.c_str(),
+                        m.metric.c_str(), threads);
+            std::fflush(stdout);
+          }
+        }
+        continue;
+      }
       loom::bench::Workload w = c.prepare();
-      Measurement m = measure(w.run, samples, min_time);
+      loom::bench::Timing m = loom::bench::time_median(w.run, {samples, min_time});
       double value = w.amount / m.seconds_per_call / c.scale;
       if (json) {
         nlohmann::json j = {{"case", c.name},   {"device", "cpu"},  {"threads", threads},

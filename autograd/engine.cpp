@@ -1,0 +1,242 @@
+/*
+ * The engine (see engine.h). One backward call:
+ *   1. count, for every node reachable from the outputs, how many edges point at it;
+ *   2. put the output gradients into the root nodes' input buffers;
+ *   3. repeatedly run a ready node (all its gradients have arrived; newest first): its hooks,
+ *      its formula, then add each returned gradient into the buffer of the node it goes to
+ *      and make that node ready once its count reaches zero.
+ * Each node runs once, after all its consumers. Leaves are reached through AccumulateGrad.
+ * For grad(), the gradients arriving at the inputs' nodes are captured instead, and only
+ * the nodes on a path to them run.
+ */
+#include "autograd/engine.h"
+
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/accumulate_grad.h"
+#include "autograd/autograd_meta.h"
+#include "ops/ops.h"
+
+namespace loom::autograd {
+
+namespace {
+
+// Sums a gradient with a broadcast shape down to `sizes` (leading dims, then size-1 dims).
+Tensor reduce_to(const Tensor& grad, IntArrayRef sizes) {
+  if (grad.sizes() == sizes) return grad;
+  const int64_t lead = grad.dim() - static_cast<int64_t>(sizes.size());
+  DimVector dims;
+  for (int64_t d = 0; d < grad.dim(); ++d)
+    if (d < lead || (sizes[static_cast<size_t>(d - lead)] == 1 && grad.size(d) != 1)) dims.push_back(d);
+  Tensor r = dims.empty() ? grad : sum(grad, dims, /*keepdim=*/true);
+  return r.view(sizes);
+}
+
+// Brings a formula's gradient for input i to the input's shape, dtype and device.
+Tensor validate_grad(const Node& node, size_t i, Tensor grad) {
+  const TensorMeta& meta = node.input_meta()[i];
+  if (grad.sizes() != IntArrayRef(meta.sizes)) {
+    bool reducible = grad.dim() >= static_cast<int64_t>(meta.sizes.size());
+    for (size_t k = 0; reducible && k < meta.sizes.size(); ++k) {
+      int64_t g = grad.size(grad.dim() - static_cast<int64_t>(meta.sizes.size()) + static_cast<int64_t>(k));
+      reducible = g == meta.sizes[k] || meta.sizes[k] == 1;
+    }
+    LOOM_CHECK(reducible, "autograd: ", node.name(), " returned a gradient of shape ", grad.sizes(),
+               " for input ", i, " of shape ", IntArrayRef(meta.sizes));
+    grad = reduce_to(grad, meta.sizes);
+  }
+  if (grad.dtype() != meta.dtype) grad = grad.to(meta.dtype);
+  if (grad.device() != meta.device) grad = grad.to(meta.device);
+  return grad;
+}
+
+struct ReadyOrder {  // newest node first; accumulators (max sequence number) before all
+  bool operator()(const Node* a, const Node* b) const { return a->sequence_nr() < b->sequence_nr(); }
+};
+
+class GraphTask {
+ public:
+  GraphTask(bool keep_graph, bool create_graph) : keep_graph_(keep_graph), create_graph_(create_graph) {}
+
+  // Gradients arriving at (node, input_nr) are stored in captured[index] instead of flowing on.
+  void capture(const Edge& edge, size_t index) { captures_[edge.node.get()].push_back({edge.input_nr, index}); }
+
+  std::vector<Tensor> run(const std::vector<Edge>& roots, const std::vector<Tensor>& root_grads, size_t num_captures) {
+    captured_.assign(num_captures, Tensor());
+    count_dependencies(roots);
+    if (!captures_.empty()) mark_needed(roots);
+    std::priority_queue<Node*, std::vector<Node*>, ReadyOrder> ready;
+    for (size_t i = 0; i < roots.size(); ++i) add_grad(roots[i], root_grads[i]);
+    for (const Edge& r : roots)
+      if (dependencies_[r.node.get()] == 0 && queued_.insert(r.node.get()).second) ready.push(r.node.get());
+
+    while (!ready.empty()) {
+      Node* node = ready.top();
+      ready.pop();
+      std::vector<Tensor> outputs = evaluate(*node);
+      for (size_t i = 0; i < node->num_inputs(); ++i) {
+        const Edge& next = node->next_edge(i);
+        if (!next.valid()) continue;
+        if (i < outputs.size() && outputs[i].defined()) add_grad(next, validate_grad(*node, i, std::move(outputs[i])));
+        if (--dependencies_[next.node.get()] == 0 && queued_.insert(next.node.get()).second) ready.push(next.node.get());
+      }
+    }
+    return std::move(captured_);
+  }
+
+ private:
+  void count_dependencies(const std::vector<Edge>& roots) {
+    std::vector<Node*> stack;
+    std::unordered_set<Node*> seen;
+    for (const Edge& r : roots)
+      if (seen.insert(r.node.get()).second) stack.push_back(r.node.get());
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      dependencies_.try_emplace(n, 0);
+      for (const Edge& e : n->next_edges()) {
+        if (!e.valid()) continue;
+        ++dependencies_[e.node.get()];
+        if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+      }
+    }
+  }
+
+  // needed = a captured node, or a node with an edge to a needed one (post-order, iterative).
+  void mark_needed(const std::vector<Edge>& roots) {
+    std::unordered_map<Node*, bool> done;
+    std::vector<std::pair<Node*, size_t>> stack;
+    for (const Edge& r : roots) {
+      if (done.count(r.node.get())) continue;
+      stack.push_back({r.node.get(), 0});
+      done[r.node.get()] = false;
+      while (!stack.empty()) {
+        auto& [n, next] = stack.back();
+        if (next < n->num_inputs()) {
+          const Edge& e = n->next_edge(next++);
+          if (e.valid() && !done.count(e.node.get())) {
+            done[e.node.get()] = false;
+            stack.push_back({e.node.get(), 0});
+          }
+          continue;
+        }
+        bool needed = captures_.count(n) > 0;
+        for (const Edge& e : n->next_edges()) needed = needed || (e.valid() && needed_.count(e.node.get()));
+        if (needed) needed_.insert(n);
+        done[n] = true;
+        stack.pop_back();
+      }
+    }
+  }
+
+  void add_grad(const Edge& edge, Tensor grad) {
+    std::vector<Tensor>& buffer = buffers_[edge.node.get()];
+    if (buffer.empty()) buffer.resize(edge.node->output_meta().size());
+    Tensor& slot = buffer[edge.input_nr];
+    // Out of place: the incoming gradient may alias tensors that others still read.
+    slot = slot.defined() ? slot + grad : std::move(grad);
+  }
+
+  // Runs one node: its hooks, the captures, its formula. Returns the gradients for its inputs.
+  std::vector<Tensor> evaluate(Node& node) {
+    std::vector<Tensor> grads;
+    if (auto it = buffers_.find(&node); it != buffers_.end()) {
+      grads = std::move(it->second);
+      buffers_.erase(it);
+    }
+    grads.resize(node.output_meta().size());
+    AutoGradMode mode(create_graph_);
+    if (node.has_pre_hooks())
+      for (size_t i = 0; i < grads.size(); ++i)
+        if (grads[i].defined()) grads[i] = node.run_pre_hooks(static_cast<uint32_t>(i), std::move(grads[i]));
+
+    if (!captures_.empty()) {
+      if (auto it = captures_.find(&node); it != captures_.end()) {
+        auto* acc = dynamic_cast<AccumulateGrad*>(&node);
+        for (auto [input_nr, index] : it->second)
+          captured_[index] = acc && grads[input_nr].defined() ? acc->run_leaf_hooks(grads[input_nr]) : grads[input_nr];
+      }
+      if (!needed_.count(&node) || dynamic_cast<AccumulateGrad*>(&node)) return {};
+    }
+
+    bool any = false;
+    for (const Tensor& g : grads) any = any || g.defined();
+    if (!any) return {};  // nothing flows through this node
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (grads[i].defined()) continue;
+      const TensorMeta& m = node.output_meta()[i];
+      grads[i] = zeros(m.sizes, TensorOptions(m.dtype).device(m.device));
+    }
+    std::vector<Tensor> outputs = node.apply(std::move(grads));
+    if (!keep_graph_) node.release_saved();
+    return outputs;
+  }
+
+  bool keep_graph_, create_graph_;
+  std::unordered_map<Node*, int> dependencies_;
+  std::unordered_map<Node*, std::vector<Tensor>> buffers_;
+  std::unordered_set<Node*> queued_;
+  std::unordered_map<Node*, std::vector<std::pair<uint32_t, size_t>>> captures_;
+  std::unordered_set<Node*> needed_;
+  std::vector<Tensor> captured_;
+};
+
+// The root edges and their initial gradients (ones for one-element outputs).
+void make_roots(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, std::vector<Edge>& roots,
+                std::vector<Tensor>& grads) {
+  LOOM_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "autograd: got ", outputs.size(),
+             " outputs but ", grad_outputs.size(), " output gradients");
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& out = outputs[i];
+    LOOM_CHECK(out.defined(), "autograd: output ", i, " is undefined");
+    Edge edge = gradient_edge(out);
+    LOOM_CHECK(edge.valid(), "autograd: output ", i, " (shape ", out.sizes(),
+               ") does not require grad and has no grad_fn; did you forget requires_grad_() on a leaf, or run "
+               "the forward under NoGradGuard?");
+    Tensor g = grad_outputs.empty() ? Tensor() : grad_outputs[i];
+    if (!g.defined()) {
+      LOOM_CHECK(out.numel() == 1, "autograd: a gradient can be implicitly created only for one-element outputs; "
+                 "output ", i, " has shape ", out.sizes(), ", pass its gradient to backward()");
+      g = ones(out.sizes(), out.options());
+    } else {
+      LOOM_CHECK(g.sizes() == out.sizes(), "autograd: gradient of shape ", g.sizes(), " given for output ", i,
+                 " of shape ", out.sizes());
+    }
+    roots.push_back(std::move(edge));
+    grads.push_back(std::move(g));
+  }
+}
+
+}  // namespace
+
+void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
+              std::optional<bool> retain_graph, bool create_graph) {
+  std::vector<Edge> roots;
+  std::vector<Tensor> grads;
+  make_roots(outputs, grad_outputs, roots, grads);
+  GraphTask(retain_graph.value_or(create_graph), create_graph).run(roots, grads, 0);
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs, std::optional<bool> retain_graph,
+                         bool create_graph, bool allow_unused) {
+  std::vector<Edge> roots;
+  std::vector<Tensor> grads;
+  make_roots(outputs, grad_outputs, roots, grads);
+  GraphTask task(retain_graph.value_or(create_graph), create_graph);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Edge edge = gradient_edge(inputs[i]);
+    LOOM_CHECK(edge.valid(), "autograd::grad: input ", i, " (shape ", inputs[i].sizes(), ") does not require grad");
+    task.capture(edge, i);
+  }
+  std::vector<Tensor> result = task.run(roots, grads, inputs.size());
+  for (size_t i = 0; i < result.size(); ++i) {
+    LOOM_CHECK(result[i].defined() || allow_unused, "autograd::grad: input ", i, " (shape ", inputs[i].sizes(),
+               ") was not used to compute the outputs; pass allow_unused=true if that is expected");
+  }
+  return result;
+}
+
+}  // namespace loom::autograd
