@@ -122,7 +122,9 @@ void record_copy_(const Tensor& dst, const Tensor& src) {
   record(Op::as_strided, inputs, outputs, &attrs);
 }
 
-const GradRecorder kRecorder{&record, &record_copy_};
+bool saves_input(Op op, size_t index) { return formula_entry(op).save.inputs >> index & 1; }
+
+const GradRecorder kRecorder{&record, &record_copy_, &saves_input};
 
 }  // namespace
 

@@ -11,7 +11,8 @@
  * lives there), so without it should_record is always false.
  *
  * In-place ops record as "compute out of place, then copy_ into self": record_copy_ rebases
- * self's history (and its base's, for a view) onto the copy.
+ * self's history (and its base's, for a view) onto the copy. When the op's formula needs
+ * self's old value, it computes from inplace_source(op, self), a recorded clone.
  */
 #pragma once
 
@@ -20,6 +21,7 @@
 
 #include "core/grad_mode.h"
 #include "core/tensor.h"
+#include "ops/copy_ops.h"
 #include "ops/dispatch.h"
 
 namespace loom {
@@ -32,6 +34,9 @@ struct GradRecorder {
   // dst (already overwritten with src) now holds a copy of src: dst's gradient history is
   // replaced, as is its base's when dst is a view.
   void (*record_copy_)(const Tensor& dst, const Tensor& src);
+  // Whether op's gradient formula keeps input `index` (an in-place op must then compute from a
+  // copy of self: self itself is about to be overwritten).
+  bool (*saves_input)(Op op, size_t index);
 };
 
 void set_grad_recorder(const GradRecorder* recorder);
@@ -60,6 +65,12 @@ Tensor recorded(std::initializer_list<Tensor> inputs, const typename OpTraits<op
   }
   record<op>(inputs, {out}, attrs);
   return out;
+}
+
+// What an in-place op on self computes from when recording: self, or a clone of it when the
+// formula saves self (which copy_ will overwrite).
+inline Tensor inplace_source(Op op, const Tensor& self, size_t index = 0) {
+  return grad_recorder()->saves_input(op, index) ? clone(self) : self;
 }
 
 // dst.copy_(src) has just been done with grad mode on and dst or src requiring grad.

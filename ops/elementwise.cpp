@@ -212,7 +212,7 @@ Tensor& binary_inplace(Tensor& self, const Operand& b, DType compute) {
   }
   check_writable(self, std::string(name) + "_");
   if (GradMode::is_enabled() && (self.requires_grad() || requires_grad(b))) {  // out of place, then copy_
-    copy_(self, binary_out<op>(Operand(self), b, compute, compute));
+    copy_(self, binary_out<op>(Operand(inplace_source(op, self)), b, compute, compute));
     return self;
   }
   if (self.numel() == 0) {
@@ -319,7 +319,7 @@ Tensor& unary_(Tensor& x, UnaryKind kind) {
   check_can_cast(compute, x.dtype(), name);
   check_writable(x, name);
   if (should_record(x)) {  // out of place, then copy_
-    copy_(x, unary<op>(x, kind));
+    copy_(x, unary<op>(inplace_source(op, x), kind));
     return x;
   }
   auto kernel = get_kernel<op>(x.device());
@@ -593,7 +593,7 @@ Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
   DType compute = clamp_compute_dtype(*this, min, max, "clamp_");
   check_can_cast(compute, dtype(), "clamp_");
   check_writable(*this, "clamp_");
-  if (should_record(*this)) return copy_(loom::clamp(*this, min, max));
+  if (should_record(*this)) return copy_(loom::clamp(inplace_source(Op::clamp, *this), min, max));
   auto kernel = get_kernel<Op::clamp>(device());
   const Scalar* lo = min ? &*min : nullptr;
   const Scalar* hi = max ? &*max : nullptr;

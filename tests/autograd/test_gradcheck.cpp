@@ -1,0 +1,103 @@
+/*
+ * gradcheck for every differentiable op of the table (the cases are in cases/, one file per
+ * family) and the coverage rule: an op of ops/op_list.def must have a gradcheck case here or
+ * be in the reviewed list of non-differentiable ops below, with the reason.
+ */
+#include <map>
+#include <set>
+
+#include "autograd/formula.h"
+#include "tests/autograd/cases/gradcheck_case.h"
+
+using namespace loom;
+using namespace loom::test;
+
+namespace loom::test {
+std::vector<GradcheckCase>& gradcheck_cases() {
+  static std::vector<GradcheckCase> cases;
+  return cases;
+}
+}  // namespace loom::test
+
+namespace {
+
+// Ops that have no gradient formula, reviewed one by one.
+const std::map<Op, const char*> kNonDifferentiable = {
+    {Op::fill, "writes a constant; fill_ on a tensor in the graph is recorded as a copy of that constant"},
+    {Op::arange, "factory: no tensor input"},
+    {Op::uniform, "random factory: no tensor input"},
+    {Op::normal, "random factory: no tensor input"},
+    {Op::randint, "random factory: integer output"},
+    {Op::bernoulli, "random factory: the probability is a number, not a tensor"},
+    {Op::logical_not, "bool output"},
+    {Op::eq, "bool output"},
+    {Op::ne, "bool output"},
+    {Op::lt, "bool output"},
+    {Op::le, "bool output"},
+    {Op::gt, "bool output"},
+    {Op::ge, "bool output"},
+    {Op::logical_and, "bool output"},
+    {Op::logical_or, "bool output"},
+    {Op::conv2d_backward_input, "a backward kernel: double backward through conv2d is not supported (clear error)"},
+    {Op::conv2d_backward_weight, "a backward kernel: double backward through conv2d is not supported (clear error)"},
+    {Op::max_pool2d_backward, "a backward kernel: double backward through max_pool2d is not supported"},
+    {Op::avg_pool2d_backward, "a backward kernel: double backward through avg_pool2d is not supported"},
+    {Op::adaptive_avg_pool2d_backward, "a backward kernel: double backward through adaptive_avg_pool2d is not supported"},
+    {Op::batch_norm_backward, "a backward kernel: double backward through batch_norm is not supported"},
+    {Op::layer_norm_backward, "a backward kernel: double backward through layer_norm is not supported"},
+    {Op::softmax_backward, "a backward kernel: double backward through softmax is not supported"},
+    {Op::log_softmax_backward, "a backward kernel: double backward through log_softmax is not supported"},
+    {Op::nll_loss_backward, "a backward kernel: double backward through nll_loss is not supported"},
+    {Op::pad_backward, "a backward kernel: double backward through pad is not supported"},
+};
+
+std::string backward_name(Op op) {
+  std::string n(op_name(op));
+  n[0] = static_cast<char>(std::toupper(n[0]));
+  return n + "Backward";
+}
+
+}  // namespace
+
+TEST_CASE("gradcheck: every case of every family, in float64") {
+  REQUIRE_FALSE(gradcheck_cases().empty());
+  for (const GradcheckCase& c : gradcheck_cases()) {
+    CAPTURE(c.name);
+    Inputs in = c.make_inputs();
+    auto first = autograd::gradcheck(c.fn, in, c.options);
+    CHECK_MESSAGE(first.ok, name_of(c.op), " / ", c.name, ": ", first.message);
+    if (c.order == kSecondOrder) {
+      auto second = autograd::gradgradcheck(c.fn, in, c.options);
+      CHECK_MESSAGE(second.ok, name_of(c.op), " / ", c.name, " (second order): ", second.message);
+    }
+  }
+}
+
+TEST_CASE("gradcheck coverage: every op has a case or a reviewed reason not to") {
+  std::set<Op> covered;
+  int second_order = 0;
+  for (const GradcheckCase& c : gradcheck_cases()) {
+    CAPTURE(c.name);
+    // The case must really go through its op.
+    std::vector<Tensor> out = c.fn(c.make_inputs());
+    std::string graph = autograd::graph_to_string(out);
+    CHECK_MESSAGE(graph.find(backward_name(c.op)) != std::string::npos, c.name, " does not record ",
+                  name_of(c.op), "; its graph is:\n", graph);
+    covered.insert(c.op);
+    second_order += c.order == kSecondOrder;
+  }
+  int differentiable = 0;
+  for (size_t i = 0; i < kNumOps; ++i) {
+    Op op = static_cast<Op>(i);
+    bool listed = kNonDifferentiable.count(op) > 0;
+    CHECK_MESSAGE((covered.count(op) > 0) != listed, name_of(op),
+                  listed ? " is listed as non-differentiable but has a gradcheck case"
+                         : " has neither a gradcheck case nor a place in the non-differentiable list");
+    CHECK_MESSAGE(autograd::has_formula(op) != listed, name_of(op),
+                  listed ? " is listed as non-differentiable but has a formula" : " has no gradient formula");
+    differentiable += !listed;
+  }
+  MESSAGE("gradcheck covers ", covered.size(), " of ", differentiable, " differentiable ops (", kNumOps,
+          " ops in the table, ", kNonDifferentiable.size(), " reviewed as non-differentiable) with ",
+          gradcheck_cases().size(), " cases, ", second_order, " of them also second order");
+}
