@@ -16,11 +16,21 @@ const FormulaEntry& formula_entry(Op op) { return table()[static_cast<size_t>(op
 void set_formula_entry(Op op, FormulaEntry entry) { table()[static_cast<size_t>(op)] = entry; }
 bool has_formula(Op op) { return formula_entry(op).make_node != nullptr; }
 
-std::string OpNodeBase::name() const {
-  std::string n(op_name(op_));
-  n[0] = static_cast<char>(std::toupper(n[0]));
-  return n + "Backward";
+std::string backward_name(Op op) {
+  std::string name;
+  bool upper = true;
+  for (char ch : op_name(op)) {
+    if (ch == '_') {
+      upper = true;
+      continue;
+    }
+    name += upper ? static_cast<char>(std::toupper(ch)) : ch;
+    upper = false;
+  }
+  return name + "Backward";
 }
+
+std::string OpNodeBase::name() const { return backward_name(op_); }
 
 void OpNodeBase::save(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, Save spec) {
   spec_ = spec;

@@ -125,6 +125,9 @@ void define_formula(Save save, Formula<typename OpTraits<op>::Attrs> formula) {
   set_formula_entry(op, {&make_op_node<Attrs>, reinterpret_cast<RawFormula>(formula), save});
 }
 
+// The name of op's node: max_pool2d -> "MaxPool2dBackward".
+std::string backward_name(Op op);
+
 // Every formula, registered once (autograd/formulas/formulas.cpp calls each family's).
 void register_formulas();
 bool has_formula(Op op);

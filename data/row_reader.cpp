@@ -42,7 +42,7 @@ RowReader::RowReader(std::shared_ptr<Hdf5File> file, std::string name, DType dty
 }
 
 std::string RowReader::where(int64_t k) const {
-  return concat(file_->path(), ": dataset '", name_, "': chunk ", k, " (rows ", k * block_rows_, "..",
+  return ::loom::detail::concat(file_->path(), ": dataset '", name_, "': chunk ", k, " (rows ", k * block_rows_, "..",
                 std::min(rows(), (k + 1) * block_rows_) - 1, ")");
 }
 

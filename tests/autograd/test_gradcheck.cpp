@@ -51,12 +51,6 @@ const std::map<Op, const char*> kNonDifferentiable = {
     {Op::pad_backward, "a backward kernel: double backward through pad is not supported"},
 };
 
-std::string backward_name(Op op) {
-  std::string n(op_name(op));
-  n[0] = static_cast<char>(std::toupper(n[0]));
-  return n + "Backward";
-}
-
 }  // namespace
 
 TEST_CASE("gradcheck: every case of every family, in float64") {
@@ -81,7 +75,7 @@ TEST_CASE("gradcheck coverage: every op has a case or a reviewed reason not to")
     // The case must really go through its op.
     std::vector<Tensor> out = c.fn(c.make_inputs());
     std::string graph = autograd::graph_to_string(out);
-    CHECK_MESSAGE(graph.find(backward_name(c.op)) != std::string::npos, c.name, " does not record ",
+    CHECK_MESSAGE(graph.find(autograd::backward_name(c.op)) != std::string::npos, c.name, " does not record ",
                   name_of(c.op), "; its graph is:\n", graph);
     covered.insert(c.op);
     second_order += c.order == kSecondOrder;
