@@ -12,6 +12,7 @@
 
 #include "autograd/node.h"
 #include "core/grad_mode.h"
+#include "core/object_pool.h"
 #include "core/tensor.h"
 
 namespace loom::autograd {
@@ -19,6 +20,7 @@ namespace loom::autograd {
 using PostAccumulateHook = std::function<void(const Tensor&)>;
 
 struct AutogradMeta final : AutogradMetaInterface {
+  LOOM_POOL_ALLOCATED
   bool requires_grad_ = false;  // set on leaves by requires_grad_()
   Tensor grad_;
   std::shared_ptr<Node> grad_fn_;

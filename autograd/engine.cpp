@@ -57,6 +57,13 @@ struct ReadyOrder {  // newest node first; accumulators (max sequence number) be
 };
 
 class GraphTask {
+  // Per node of the graph: edges not yet run, the gradients received so far, whether queued.
+  struct NodeState {
+    int dependencies = 0;
+    bool queued = false;
+    std::vector<Tensor> buffer;
+  };
+
  public:
   GraphTask(bool keep_graph, bool create_graph) : keep_graph_(keep_graph), create_graph_(create_graph) {}
 
@@ -67,10 +74,9 @@ class GraphTask {
     captured_.assign(num_captures, Tensor());
     count_dependencies(roots);
     if (!captures_.empty()) mark_needed(roots);
-    std::priority_queue<Node*, std::vector<Node*>, ReadyOrder> ready;
+    ReadyQueue ready;
     for (size_t i = 0; i < roots.size(); ++i) add_grad(roots[i], root_grads[i]);
-    for (const Edge& r : roots)
-      if (dependencies_[r.node.get()] == 0 && queued_.insert(r.node.get()).second) ready.push(r.node.get());
+    for (const Edge& r : roots) make_ready_if_done(r.node.get(), state_[r.node.get()], ready);
 
     while (!ready.empty()) {
       Node* node = ready.top();
@@ -80,26 +86,37 @@ class GraphTask {
         const Edge& next = node->next_edge(i);
         if (!next.valid()) continue;
         if (i < outputs.size() && outputs[i].defined()) add_grad(next, validate_grad(*node, i, std::move(outputs[i])));
-        if (--dependencies_[next.node.get()] == 0 && queued_.insert(next.node.get()).second) ready.push(next.node.get());
+        NodeState& s = state_[next.node.get()];
+        --s.dependencies;
+        make_ready_if_done(next.node.get(), s, ready);
       }
     }
     return std::move(captured_);
   }
 
  private:
+  using ReadyQueue = std::priority_queue<Node*, std::vector<Node*>, ReadyOrder>;
+
+  void make_ready_if_done(Node* node, NodeState& s, ReadyQueue& ready) {
+    if (s.dependencies == 0 && !s.queued) {
+      s.queued = true;
+      ready.push(node);
+    }
+  }
+
   void count_dependencies(const std::vector<Edge>& roots) {
+    state_.reserve(1024);
     std::vector<Node*> stack;
-    std::unordered_set<Node*> seen;
     for (const Edge& r : roots)
-      if (seen.insert(r.node.get()).second) stack.push_back(r.node.get());
+      if (state_.try_emplace(r.node.get()).second) stack.push_back(r.node.get());
     while (!stack.empty()) {
       Node* n = stack.back();
       stack.pop_back();
-      dependencies_.try_emplace(n, 0);
       for (const Edge& e : n->next_edges()) {
         if (!e.valid()) continue;
-        ++dependencies_[e.node.get()];
-        if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+        auto [it, inserted] = state_.try_emplace(e.node.get());
+        ++it->second.dependencies;
+        if (inserted) stack.push_back(e.node.get());
       }
     }
   }
@@ -132,7 +149,7 @@ class GraphTask {
   }
 
   void add_grad(const Edge& edge, Tensor grad) {
-    std::vector<Tensor>& buffer = buffers_[edge.node.get()];
+    std::vector<Tensor>& buffer = state_[edge.node.get()].buffer;
     if (buffer.empty()) buffer.resize(edge.node->output_meta().size());
     Tensor& slot = buffer[edge.input_nr];
     // Out of place: the incoming gradient may alias tensors that others still read.
@@ -141,11 +158,7 @@ class GraphTask {
 
   // Runs one node: its hooks, the captures, its formula. Returns the gradients for its inputs.
   std::vector<Tensor> evaluate(Node& node) {
-    std::vector<Tensor> grads;
-    if (auto it = buffers_.find(&node); it != buffers_.end()) {
-      grads = std::move(it->second);
-      buffers_.erase(it);
-    }
+    std::vector<Tensor> grads = std::move(state_[&node].buffer);
     grads.resize(node.output_meta().size());
     AutoGradMode mode(create_graph_);
     if (node.has_pre_hooks())
@@ -175,9 +188,7 @@ class GraphTask {
   }
 
   bool keep_graph_, create_graph_;
-  std::unordered_map<Node*, int> dependencies_;
-  std::unordered_map<Node*, std::vector<Tensor>> buffers_;
-  std::unordered_set<Node*> queued_;
+  std::unordered_map<Node*, NodeState> state_;
   std::unordered_map<Node*, std::vector<std::pair<uint32_t, size_t>>> captures_;
   std::unordered_set<Node*> needed_;
   std::vector<Tensor> captured_;

@@ -32,7 +32,7 @@ std::string backward_name(Op op) {
 
 std::string OpNodeBase::name() const { return backward_name(op_); }
 
-void OpNodeBase::save(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, Save spec) {
+void OpNodeBase::save(std::span<const Tensor> inputs, std::span<const Tensor> outputs, Save spec) {
   spec_ = spec;
   if (spec.inputs) {
     saved_inputs_.resize(inputs.size());

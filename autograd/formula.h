@@ -17,11 +17,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "autograd/node.h"
 #include "autograd/saved_tensor.h"
+#include "core/object_pool.h"
 #include "ops/dispatch.h"
 
 namespace loom::autograd {
@@ -41,7 +43,7 @@ class OpNodeBase : public Node {
   explicit OpNodeBase(Op op) : op_(op) {}
   std::string name() const override;
   Op op() const { return op_; }
-  void save(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs, Save spec);
+  void save(std::span<const Tensor> inputs, std::span<const Tensor> outputs, Save spec);
   void release_saved() override;
   void collect_saved(std::vector<Tensor>& out) const override;
   void move_saved_out(std::vector<Tensor>& out) override;
@@ -115,8 +117,8 @@ void set_formula_entry(Op op, FormulaEntry entry);
 
 template <class Attrs>
 std::shared_ptr<OpNodeBase> make_op_node(Op op, const void* attrs, RawFormula formula) {
-  return std::make_shared<OpNode<Attrs>>(op, *static_cast<const Attrs*>(attrs),
-                                         reinterpret_cast<Formula<Attrs>>(formula));
+  return std::allocate_shared<OpNode<Attrs>>(PoolAllocator<OpNode<Attrs>>(), op, *static_cast<const Attrs*>(attrs),
+                                             reinterpret_cast<Formula<Attrs>>(formula));
 }
 
 template <Op op>

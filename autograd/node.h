@@ -73,6 +73,11 @@ class Node : public std::enable_shared_from_this<Node> {
   // Forward inputs (the gradients this node returns must match them).
   const std::vector<TensorMeta>& input_meta() const { return input_meta_; }
   void add_input(Edge edge, const Tensor& input);
+  void reserve(size_t inputs, size_t outputs) {
+    next_edges_.reserve(inputs);
+    input_meta_.reserve(inputs);
+    output_meta_.reserve(outputs);
+  }
 
   // Order of creation: among ready nodes the engine runs the newest first, so backward runs
   // in reverse forward order.

@@ -52,14 +52,13 @@ void record(Op op, std::span<const Tensor> inputs, std::span<const Tensor> outpu
   const FormulaEntry& entry = formula_entry(op);
   std::shared_ptr<OpNodeBase> node =
       entry.make_node ? entry.make_node(op, attrs, entry.formula) : std::make_shared<NotDifferentiable>(op);
+  node->reserve(inputs.size(), outputs.size());
   for (const Tensor& in : inputs) node->add_input(gradient_edge(in), in);
   for (size_t i = 0; i < outputs.size(); ++i) {
     node->add_output_meta(outputs[i]);
     if (records_history(outputs[i])) set_history(outputs[i], node, static_cast<uint32_t>(i));
   }
-  if (entry.save.inputs || entry.save.outputs)
-    node->save(std::vector<Tensor>(inputs.begin(), inputs.end()), std::vector<Tensor>(outputs.begin(), outputs.end()),
-               entry.save);
+  if (entry.save.inputs || entry.save.outputs) node->save(inputs, outputs, entry.save);
 }
 
 // base.copy_ happened through a view: grad(base_old) = grad(base) outside the view's

@@ -9,7 +9,7 @@ namespace {
 // The same data and geometry in a new TensorImpl without autograd state (not a view: it must
 // not pull the base's history in).
 Tensor alias_without_history(const Tensor& t) {
-  return Tensor(std::make_shared<TensorImpl>(t.storage(), DimVector(t.sizes()), DimVector(t.strides()),
+  return Tensor(make_tensor_impl(t.storage(), DimVector(t.sizes()), DimVector(t.strides()),
                                              t.storage_offset(), t.dtype()));
 }
 }  // namespace

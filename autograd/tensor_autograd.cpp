@@ -47,7 +47,7 @@ uint32_t Tensor::output_nr() const {
 
 Tensor Tensor::detach() const {
   LOOM_CHECK(defined(), "detach: undefined tensor");
-  return Tensor(std::make_shared<TensorImpl>(storage(), DimVector(sizes()), DimVector(strides()), storage_offset(),
+  return Tensor(make_tensor_impl(storage(), DimVector(sizes()), DimVector(strides()), storage_offset(),
                                              dtype()));
 }
 

@@ -43,10 +43,10 @@ class CpuCachingAllocator final : public Allocator {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ++stats_.num_allocs;
-      auto it = free_.find(cls);
-      if (it != free_.end() && !it->second.empty()) {
-        void* p = it->second.back();
-        it->second.pop_back();
+      std::vector<void*>& blocks = free_list(cls);
+      if (!blocks.empty()) {
+        void* p = blocks.back();
+        blocks.pop_back();
         cached_bytes_ -= cls;
         ++stats_.num_cache_hits;
         note_allocated(cls);
@@ -66,7 +66,7 @@ class CpuCachingAllocator final : public Allocator {
       std::lock_guard<std::mutex> lock(mutex_);
       stats_.allocated_bytes -= cls;
       if (cached_bytes_ + cls <= cache_limit_) {
-        free_[cls].push_back(ptr);
+        free_list(cls).push_back(ptr);
         cached_bytes_ += cls;
         return;
       }
@@ -85,12 +85,16 @@ class CpuCachingAllocator final : public Allocator {
 
   void empty_cache() override {
     std::unordered_map<size_t, std::vector<void*>> released;
+    std::array<std::vector<void*>, kSmallClasses> released_small;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       released.swap(free_);
+      released_small.swap(free_small_);
       cached_bytes_ = 0;
     }
     for (auto& [cls, blocks] : released)
+      for (void* p : blocks) std::free(p);
+    for (auto& blocks : released_small)
       for (void* p : blocks) std::free(p);
   }
 
@@ -114,7 +118,15 @@ class CpuCachingAllocator final : public Allocator {
     if (stats_.allocated_bytes > stats_.peak_allocated_bytes) stats_.peak_allocated_bytes = stats_.allocated_bytes;
   }
 
+  // Blocks of up to 4 x 64 bytes (scalars, tiny tensors: the most frequent) are found by
+  // index instead of by hashing.
+  static constexpr size_t kSmallClasses = 4;
+  std::vector<void*>& free_list(size_t cls) {
+    return cls <= kSmallClasses * kAlignment ? free_small_[cls / kAlignment - 1] : free_[cls];
+  }
+
   mutable std::mutex mutex_;
+  std::array<std::vector<void*>, kSmallClasses> free_small_;
   std::unordered_map<size_t, std::vector<void*>> free_;
   size_t cached_bytes_ = 0;
   size_t cache_limit_ = size_t{4} << 30;

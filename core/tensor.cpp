@@ -46,9 +46,9 @@ int64_t Tensor::stride(int64_t dim) const {
 
 Tensor empty(IntArrayRef sizes, TensorOptions options) {
   int64_t n = shape_numel(sizes);
-  auto storage = std::make_shared<StorageImpl>(static_cast<size_t>(n) * dtype_size(options.dtype()),
+  auto storage = std::allocate_shared<StorageImpl>(PoolAllocator<StorageImpl>(), static_cast<size_t>(n) * dtype_size(options.dtype()),
                                                options.device());
-  return Tensor(std::make_shared<TensorImpl>(std::move(storage), DimVector(sizes), contiguous_strides(sizes), 0,
+  return Tensor(make_tensor_impl(std::move(storage), DimVector(sizes), contiguous_strides(sizes), 0,
                                              options.dtype()));
 }
 
@@ -65,9 +65,9 @@ Tensor from_blob(void* data, IntArrayRef sizes, IntArrayRef strides, TensorOptio
     if (extent) extent += (sizes[i] - 1) * strides[i];
   }
   if (shape_numel(sizes) == 0) extent = 0;
-  auto storage = std::make_shared<StorageImpl>(data, static_cast<size_t>(extent) * dtype_size(options.dtype()),
+  auto storage = std::allocate_shared<StorageImpl>(PoolAllocator<StorageImpl>(), data, static_cast<size_t>(extent) * dtype_size(options.dtype()),
                                                options.device(), std::move(deleter));
-  return Tensor(std::make_shared<TensorImpl>(std::move(storage), DimVector(sizes), DimVector(strides), 0,
+  return Tensor(make_tensor_impl(std::move(storage), DimVector(sizes), DimVector(strides), 0,
                                              options.dtype()));
 }
 
@@ -76,7 +76,7 @@ Tensor from_blob(void* data, IntArrayRef sizes, TensorOptions options, std::func
 }
 
 Tensor make_view(const Tensor& base, IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset) {
-  auto impl = std::make_shared<TensorImpl>(base.storage(), DimVector(sizes), DimVector(strides), storage_offset,
+  auto impl = make_tensor_impl(base.storage(), DimVector(sizes), DimVector(strides), storage_offset,
                                            base.dtype());
   // Remember the root base (inference mode skips it: nothing will be differentiated).
   if (!GradMode::is_inference()) impl->set_view_base(base.is_view() ? base.impl()->view_base() : base.impl_ptr());

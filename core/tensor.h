@@ -20,6 +20,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/object_pool.h"
 #include "core/scalar.h"
 #include "core/shape.h"
 #include "core/storage.h"
@@ -339,6 +340,12 @@ Tensor operator/(const Tensor& a, const Tensor& b);
 Tensor operator/(const Tensor& a, Scalar b);
 Tensor operator/(Scalar a, const Tensor& b);
 Tensor operator-(const Tensor& a);
+
+// A new TensorImpl from the per-thread object pool (every op makes one).
+template <class... Args>
+std::shared_ptr<TensorImpl> make_tensor_impl(Args&&... args) {
+  return std::allocate_shared<TensorImpl>(PoolAllocator<TensorImpl>(), std::forward<Args>(args)...);
+}
 
 // ---- creation (core) -------------------------------------------------------------------
 // An uninitialised contiguous tensor.

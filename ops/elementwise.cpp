@@ -106,7 +106,9 @@ Tensor kernel_input(const Operand& o, DType dtype, IntArrayRef shape, Device dev
     return shape.empty() ? t : make_view(t, shape, DimVector(shape.size(), 0), 0);
   }
   Tensor t = o.tensor->dtype() == dtype ? *o.tensor : to(*o.tensor, dtype);
-  return t.sizes() == shape ? t : expand(t, shape);
+  if (t.sizes() == shape) return t;
+  // A 0-dim operand (often a recorded number) is one element seen through all-zero strides.
+  return t.dim() == 0 ? make_view(t, shape, DimVector(shape.size(), 0), t.storage_offset()) : expand(t, shape);
 }
 
 // ---- out-of-place binary ----------------------------------------------------------------------

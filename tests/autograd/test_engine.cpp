@@ -236,3 +236,40 @@ TEST_CASE("a long chain is freed without deep recursion") {
   y = Tensor();  // the whole graph dies here, iteratively
   CHECK(x.is_leaf());
 }
+
+TEST_CASE("the graph is released when its last output dies") {
+  Tensor x = make({1, 2}, {2}).requires_grad_();
+  std::weak_ptr<autograd::Node> node;
+  {
+    Tensor y = (x * 2.0).exp();
+    node = y.grad_fn();
+    CHECK_FALSE(node.expired());
+    CHECK(node.lock()->name() == "ExpBackward");
+  }
+  CHECK(node.expired());
+}
+
+TEST_CASE("backward frees the saved tensors unless retain_graph") {
+  Tensor x = make({1, 2, 3, 4}, {4}).requires_grad_();
+  Tensor y = (x * x).sum();
+  CHECK(autograd::graph_stats({y}).saved_bytes > 0);
+  y.backward(Tensor(), /*retain_graph=*/true);
+  CHECK(autograd::graph_stats({y}).saved_bytes > 0);
+  y.backward();
+  CHECK(autograd::graph_stats({y}).saved_bytes == 0);
+}
+
+TEST_CASE("inference mode does not even track views") {
+  Tensor x = ones({4});
+  CHECK(x.slice(0, 0, 2).is_view());
+  InferenceMode guard;
+  CHECK_FALSE(x.slice(0, 0, 2).is_view());
+}
+
+TEST_CASE("a formula's gradient of the wrong shape is reported with the node's name") {
+  // A hook may replace a gradient, but not with one of another shape.
+  Tensor x = make({1, 2}, {2}).requires_grad_();
+  Tensor y = x * 2.0;
+  y.register_hook([](const Tensor&) { return ones({3}, kFloat64); });
+  CHECK_THROWS_WITH_AS(y.sum().backward(), doctest::Contains("MulBackward returned a gradient of shape [3]"), Error);
+}
