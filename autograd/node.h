@@ -69,7 +69,7 @@ class Node : public std::enable_shared_from_this<Node> {
 
   // Forward outputs (the gradients this node receives).
   const std::vector<TensorMeta>& output_meta() const { return output_meta_; }
-  void add_output_meta(const Tensor& t) { output_meta_.emplace_back(t); }
+  void add_output_meta(const Tensor& t) { output_meta_.push_back(t.defined() ? TensorMeta(t) : TensorMeta()); }
   // Forward inputs (the gradients this node returns must match them).
   const std::vector<TensorMeta>& input_meta() const { return input_meta_; }
   void add_input(Edge edge, const Tensor& input);

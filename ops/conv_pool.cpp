@@ -3,9 +3,15 @@
  * then the kernels. Tensors reach the kernels either contiguous (NCHW) or channels_last (NCHW
  * sizes with NHWC strides, as PyTorch's memory_format=channels_last); outputs follow the input's
  * format, so a channels_last network stays channels_last and oneDNN needs no reorders.
+ *
+ * Autograd: conv2d and the pools record themselves; their formulas call the backward functions
+ * below, which record too although they have no formula — a second derivative through them
+ * then fails with "the derivative of conv2d_backward_input is not implemented" instead of
+ * silently being zero.
  */
 #include "ops/conv_pool.h"
 
+#include "ops/autograd_hook.h"
 #include "ops/copy_ops.h"
 #include "ops/dispatch.h"
 #include "ops/op_utils.h"
@@ -152,6 +158,9 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::ar
     LOOM_CHECK(bias.dtype() == x.dtype(), op, ": bias dtype ", bias.dtype(), " differs from input dtype ",
                x.dtype());
   }
+  if (should_record(x, weight, bias))
+    return recorded<Op::conv2d>({x, weight, bias}, p,
+                                [&] { return conv2d(x, weight, bias, stride, padding, dilation, groups); });
   const bool cl = is_channels_last(x);
   Tensor xin = in_format(x, cl);
   Tensor w = is_channels_last(weight) ? weight : contiguous(weight);
@@ -172,6 +181,10 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, IntAr
   check_sizes_4d(input_sizes, op, "input_sizes");
   check_conv_params(params, op);
   check_grad_shape(grad_out, conv_output_shape(input_sizes, weight.sizes(), params, op), op);
+  if (should_record(grad_out, weight))
+    return recorded<Op::conv2d_backward_input>({grad_out, weight}, params, [&] {
+      return conv2d_backward_input(grad_out, weight, input_sizes, params);
+    });
   const bool cl = is_channels_last(grad_out);
   Tensor grad_input = empty_4d(input_sizes, grad_out.options(), cl);
   if (grad_input.numel() == 0) return grad_input;
@@ -196,6 +209,18 @@ std::tuple<Tensor, Tensor> conv2d_backward_weight(const Tensor& grad_out, const 
   check_sizes_4d(weight_sizes, op, "weight_sizes");
   check_conv_params(params, op);
   check_grad_shape(grad_out, conv_output_shape(x.sizes(), weight_sizes, params, op), op);
+  if (should_record(grad_out, x)) {
+    std::tuple<Tensor, Tensor> grads;
+    {
+      AutoGradMode below_autograd(false);
+      grads = conv2d_backward_weight(grad_out, x, weight_sizes, with_bias, params);
+    }
+    if (with_bias)
+      record<Op::conv2d_backward_weight>({grad_out, x}, {std::get<0>(grads), std::get<1>(grads)}, params);
+    else
+      record<Op::conv2d_backward_weight>({grad_out, x}, {std::get<0>(grads)}, params);
+    return grads;
+  }
   Tensor grad_weight = empty(weight_sizes, x.options());
   Tensor grad_bias = with_bias ? empty({weight_sizes[0]}, x.options()) : Tensor();
   if (grad_weight.numel() == 0 && !with_bias) return {grad_weight, grad_bias};
@@ -225,6 +250,15 @@ std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const Pool2d
   constexpr std::string_view op = "max_pool2d";
   check_pool_input(x, op);
   DimVector out_shape = pool_output_shape(x.sizes(), params, op);
+  if (should_record(x)) {
+    std::tuple<Tensor, Tensor> out;
+    {
+      AutoGradMode below_autograd(false);
+      out = max_pool2d_with_indices(x, params);
+    }
+    record<Op::max_pool2d>({x}, {std::get<0>(out), std::get<1>(out)}, params);
+    return out;
+  }
   const bool cl = is_channels_last(x);
   Tensor out = empty_4d(out_shape, x.options(), cl);
   Tensor indices = empty_4d(out_shape, x.options().dtype(DType::Int64), cl);
@@ -250,6 +284,10 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, IntArr
   LOOM_CHECK(indices.sizes() == grad_out.sizes(), op, ": indices shape ", indices.sizes(),
              " differs from grad_out shape ", grad_out.sizes());
   check_grad_shape(grad_out, pool_output_shape(input_sizes, params, op), op);
+  if (should_record(grad_out))
+    return recorded<Op::max_pool2d_backward>({grad_out, indices}, params, [&] {
+      return max_pool2d_backward(grad_out, indices, input_sizes, params);
+    });
   Tensor grad_input = empty_4d(input_sizes, grad_out.options(), is_channels_last(grad_out));
   if (grad_input.numel() > 0)
     get_kernel<Op::max_pool2d_backward>(grad_out.device())(grad_input, grad_out, indices, params);
@@ -262,6 +300,9 @@ Tensor avg_pool2d(const Tensor& x, std::array<int64_t, 2> kernel_size, std::arra
   check_pool_input(x, op);
   Pool2dParams p = make_pool2d_params(kernel_size, stride, padding, {1, 1}, ceil_mode, count_include_pad);
   DimVector out_shape = pool_output_shape(x.sizes(), p, op);
+  if (should_record(x))
+    return recorded<Op::avg_pool2d>(
+        {x}, p, [&] { return avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad); });
   Tensor out = empty_4d(out_shape, x.options(), is_channels_last(x));
   if (out.numel() > 0) get_kernel<Op::avg_pool2d>(x.device())(out, Tensor(), x, p);
   return out;
@@ -275,6 +316,9 @@ Tensor avg_pool2d_backward(const Tensor& grad_out, IntArrayRef input_sizes, cons
   LOOM_CHECK(params.dilation[0] == 1 && params.dilation[1] == 1, op,
              ": average pooling has no dilation, got (", params.dilation[0], ", ", params.dilation[1], ")");
   check_grad_shape(grad_out, pool_output_shape(input_sizes, params, op), op);
+  if (should_record(grad_out))
+    return recorded<Op::avg_pool2d_backward>(
+        {grad_out}, params, [&] { return avg_pool2d_backward(grad_out, input_sizes, params); });
   Tensor grad_input = empty_4d(input_sizes, grad_out.options(), is_channels_last(grad_out));
   if (grad_input.numel() > 0)
     get_kernel<Op::avg_pool2d_backward>(grad_out.device())(grad_input, grad_out, Tensor(), params);
@@ -286,6 +330,9 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size) 
   check_pool_input(x, op);
   LOOM_CHECK(output_size[0] >= 1 && output_size[1] >= 1, op, ": expected an output size >= 1, got (",
              output_size[0], ", ", output_size[1], ") for input shape ", x.sizes());
+  if (should_record(x))
+    return recorded<Op::adaptive_avg_pool2d>({x}, NoAttrs{},
+                                             [&] { return adaptive_avg_pool2d(x, output_size); });
   Tensor out =
       empty_4d({x.size(0), x.size(1), output_size[0], output_size[1]}, x.options(), is_channels_last(x));
   if (out.numel() > 0) get_kernel<Op::adaptive_avg_pool2d>(x.device())(out, x);
@@ -302,6 +349,9 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, IntArrayRef input_si
              op, ": grad_out shape ", grad_out.sizes(), " does not fit input_sizes ", input_sizes);
   LOOM_CHECK(input_sizes[2] >= 1 && input_sizes[3] >= 1, op,
              ": expected non-empty spatial dims, got input_sizes ", input_sizes);
+  if (should_record(grad_out))
+    return recorded<Op::adaptive_avg_pool2d_backward>(
+        {grad_out}, NoAttrs{}, [&] { return adaptive_avg_pool2d_backward(grad_out, input_sizes); });
   Tensor grad_input = empty_4d(input_sizes, grad_out.options(), is_channels_last(grad_out));
   if (grad_input.numel() > 0)
     get_kernel<Op::adaptive_avg_pool2d_backward>(grad_out.device())(grad_input, grad_out);

@@ -6,9 +6,12 @@
  *    it once), and batch dims are merged into one without a copy whenever the strides allow;
  *  - [*, M, K] x [K, N] (and linear's [*, in] x W^T) folds the batch into the rows: one large
  *    GEMM instead of many small ones, with W^T read in place through its strides.
+ * For autograd, matmul, mm and bmm all record one op, matmul of (a, b) (mm and bmm are
+ * matmuls of restricted shapes); linear records matmul of (x, weight, bias) with linear = true.
  */
 #include "ops/linalg.h"
 
+#include "ops/autograd_hook.h"
 #include "ops/copy_ops.h"
 #include "ops/dispatch.h"
 #include "ops/op_utils.h"
@@ -82,6 +85,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   check_operands(a, b, "matmul");
   LOOM_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dim, got shapes ",
              a.sizes(), " and ", b.sizes());
+  if (should_record(a, b))
+    return recorded<Op::matmul>({a, b}, MatmulAttrs{false}, [&] { return matmul(a, b); });
   const int64_t da = a.dim(), db = b.dim();
   Tensor A = da == 1 ? unsqueeze(a, 0) : a;  // [*, M, K]
   Tensor B = db == 1 ? unsqueeze(b, 1) : b;  // [*, K, N]
@@ -128,6 +133,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
              b.sizes());
   LOOM_CHECK(a.size(1) == b.size(0), "mm: inner dimensions differ: shapes ", a.sizes(), " and ", b.sizes(),
              " (", a.size(1), " vs ", b.size(0), ")");
+  if (should_record(a, b)) return recorded<Op::matmul>({a, b}, MatmulAttrs{false}, [&] { return mm(a, b); });
   return run_kernel(unsqueeze(a, 0), unsqueeze(b, 0), Tensor()).view({a.size(0), b.size(1)});
 }
 
@@ -138,6 +144,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   LOOM_CHECK(a.size(0) == b.size(0), "bmm: batch sizes differ: shapes ", a.sizes(), " and ", b.sizes());
   LOOM_CHECK(a.size(2) == b.size(1), "bmm: inner dimensions differ: shapes ", a.sizes(), " and ", b.sizes(),
              " (", a.size(2), " vs ", b.size(1), ")");
+  if (should_record(a, b)) return recorded<Op::matmul>({a, b}, MatmulAttrs{false}, [&] { return bmm(a, b); });
   if (a.size(0) == 0) return empty({0, a.size(1), b.size(2)}, a.options());
   return run_kernel(a, b, Tensor());
 }
@@ -156,6 +163,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     LOOM_CHECK(bias.dtype() == x.dtype(), "linear: bias dtype ", bias.dtype(), " differs from input dtype ",
                x.dtype());
   }
+  if (should_record(x, weight, bias))
+    return recorded<Op::matmul>({x, weight, bias}, MatmulAttrs{true},
+                                [&] { return linear(x, weight, bias); });
   DimVector result_shape(x.sizes());
   result_shape.back() = out_features;
   Tensor w_t = make_view(weight, {1, in, out_features},

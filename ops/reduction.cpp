@@ -87,6 +87,38 @@ std::tuple<Tensor, Tensor> arg_reduce(const Tensor& x, int64_t dim, bool keepdim
   return {finish(values, r), finish(indices, r)};
 }
 
+// max/min along dim as the public functions give them: recorded for autograd (the values get
+// the history; the indices, being integers, none). argmax/argmin call arg_reduce directly: an
+// index has no gradient, so there is nothing to record.
+template <Op op>
+std::tuple<Tensor, Tensor> recorded_arg_reduce(const Tensor& x, int64_t dim, bool keepdim,
+                                               std::string_view name) {
+  if (!should_record(x)) return arg_reduce<op>(x, dim, keepdim, name);
+  std::tuple<Tensor, Tensor> out;
+  {
+    AutoGradMode below_autograd(false);
+    out = arg_reduce<op>(x, dim, keepdim, name);
+  }
+  const int64_t d = x.dim() > 0 ? wrap_dim(dim, x.dim(), name) : 0;
+  record<op>({x}, {std::get<0>(out), std::get<1>(out)}, ArgReduceAttrs{d, keepdim});
+  return out;
+}
+
+// sqrt(s) for s >= 0, with gradient 0 (not sqrt'(0) * 0 = NaN) where s = 0: norm and std of an
+// all-zero (or constant) slice then have gradient 0, as PyTorch. The double where keeps the
+// infinite derivative of sqrt out of the graph. Only used while recording: without autograd a
+// plain sqrt gives the same values.
+Tensor masked_sqrt(const Tensor& s) {
+  Tensor zero = eq(s, 0);
+  return where(zero, 0.0, sqrt(where(zero, 1.0, s)));
+}
+
+// The same for s^(1/p) (general p-norm).
+Tensor masked_root(const Tensor& s, double p) {
+  Tensor zero = eq(s, 0);
+  return where(zero, 0.0, pow(where(zero, 1.0, s), 1.0 / p));
+}
+
 // argmax/argmin: along dim, or over the flattened tensor (keepdim then gives all-ones dims).
 template <Op op>
 Tensor arg_index(const Tensor& x, std::optional<int64_t> dim, bool keepdim, std::string_view name) {
@@ -119,18 +151,28 @@ Tensor sum(const Tensor& x, IntArrayRef dims, bool keepdim, std::optional<DType>
 
 Tensor prod(const Tensor& x, IntArrayRef dims, bool keepdim) {
   ReducePlan r = plan_reduction(x, dims, keepdim, "prod");
-  return run_reduce<Op::prod>(x, r, is_integral(x.dtype(), true) ? kInt64 : x.dtype());
+  const DType out_dtype = is_integral(x.dtype(), true) ? kInt64 : x.dtype();
+  if (should_record(x))
+    return recorded<Op::prod>({x}, ReduceAttrs{r.dims, keepdim},
+                              [&] { return run_reduce<Op::prod>(x, r, out_dtype); });
+  return run_reduce<Op::prod>(x, r, out_dtype);
 }
 
 Tensor amax(const Tensor& x, IntArrayRef dims, bool keepdim) {
   ReducePlan r = plan_reduction(x, dims, keepdim, "amax");
   check_nonempty(x, r, "amax");
+  if (should_record(x))
+    return recorded<Op::amax>({x}, ReduceAttrs{r.dims, keepdim},
+                              [&] { return run_reduce<Op::amax>(x, r, x.dtype()); });
   return run_reduce<Op::amax>(x, r, x.dtype());
 }
 
 Tensor amin(const Tensor& x, IntArrayRef dims, bool keepdim) {
   ReducePlan r = plan_reduction(x, dims, keepdim, "amin");
   check_nonempty(x, r, "amin");
+  if (should_record(x))
+    return recorded<Op::amin>({x}, ReduceAttrs{r.dims, keepdim},
+                              [&] { return run_reduce<Op::amin>(x, r, x.dtype()); });
   return run_reduce<Op::amin>(x, r, x.dtype());
 }
 
@@ -147,11 +189,11 @@ Tensor min(const Tensor& x) {
 }
 
 std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
-  return arg_reduce<Op::max_dim>(x, dim, keepdim, "max");
+  return recorded_arg_reduce<Op::max_dim>(x, dim, keepdim, "max");
 }
 
 std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
-  return arg_reduce<Op::min_dim>(x, dim, keepdim, "min");
+  return recorded_arg_reduce<Op::min_dim>(x, dim, keepdim, "min");
 }
 
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
@@ -174,15 +216,20 @@ Tensor mean(const Tensor& x, IntArrayRef dims, bool keepdim) {
 Tensor var(const Tensor& x, IntArrayRef dims, int64_t correction, bool keepdim) {
   ReducePlan r = plan_reduction(x, dims, keepdim, "var");
   check_floating(x, "var");
-  Tensor out = empty(r.keep_shape, x.options());
-  if (out.numel() > 0) get_kernel<Op::var>(x.device())(out, x, r.dims, correction);
-  return finish(out, r);
+  auto compute = [&] {
+    Tensor out = empty(r.keep_shape, x.options());
+    if (out.numel() > 0) get_kernel<Op::var>(x.device())(out, x, r.dims, correction);
+    return finish(out, r);
+  };
+  if (should_record(x)) return recorded<Op::var>({x}, VarAttrs{r.dims, correction, keepdim}, compute);
+  return compute();
 }
 
 Tensor std(const Tensor& x, IntArrayRef dims, int64_t correction, bool keepdim) {
   check_defined(x, "std");
   check_floating(x, "std");
-  return sqrt(var(x, dims, correction, keepdim));
+  Tensor v = var(x, dims, correction, keepdim);
+  return should_record(x) ? masked_sqrt(v) : sqrt(v);
 }
 
 Tensor logsumexp(const Tensor& x, IntArrayRef dims, bool keepdim) {
@@ -191,8 +238,15 @@ Tensor logsumexp(const Tensor& x, IntArrayRef dims, bool keepdim) {
   if (x.numel() == 0) return log(sum(exp(x), r.dims, keepdim));
   // log(sum(exp(x - m))) + m with m the max, taken as 0 where it is infinite so that rows of
   // -inf give -inf (not NaN) and rows holding +inf give +inf, as PyTorch.
-  Tensor m = amax(x, r.dims, true);
-  m = masked_fill(m, eq(abs(m), std::numeric_limits<double>::infinity()), 0);
+  // m is a constant shift (the result does not depend on it), so it is computed without
+  // history: the gradient is then exactly g * exp(x - result), with no rounding residue from
+  // amax's gradient (which cancels mathematically).
+  Tensor m;
+  {
+    AutoGradMode constant_shift(false);
+    m = amax(x, r.dims, true);
+    m = masked_fill(m, eq(abs(m), std::numeric_limits<double>::infinity()), 0);
+  }
   Tensor total = sum(exp(sub(x, m)), r.dims, keepdim);
   return add(log(total), keepdim ? m : view(m, r.shape));
 }
@@ -203,12 +257,17 @@ Tensor norm(const Tensor& x, double p, IntArrayRef dims, bool keepdim) {
   // 16-bit inputs are computed in float32: their squares overflow float16 above 256.
   if (is_half_precision(x.dtype())) return to(norm(to(x, kFloat32), p, r.dims, keepdim), x.dtype());
   if (std::isinf(p)) check_nonempty(x, r, "norm");
-  if (p == 2) return sqrt(sum(mul(x, x), r.dims, keepdim));
+  const bool recording = should_record(x);
+  if (p == 2) {
+    Tensor squares = sum(mul(x, x), r.dims, keepdim);
+    return recording ? masked_sqrt(squares) : sqrt(squares);
+  }
   if (p == 1) return sum(abs(x), r.dims, keepdim);
   if (p == std::numeric_limits<double>::infinity()) return amax(abs(x), r.dims, keepdim);
   if (p == -std::numeric_limits<double>::infinity()) return amin(abs(x), r.dims, keepdim);
   if (p == 0) return sum(ne(x, 0), r.dims, keepdim, x.dtype());  // number of non-zeros
-  return pow(sum(pow(abs(x), p), r.dims, keepdim), 1.0 / p);
+  Tensor powers = sum(pow(abs(x), p), r.dims, keepdim);
+  return recording ? masked_root(powers, p) : pow(powers, 1.0 / p);
 }
 
 // ---- Tensor methods ------------------------------------------------------------------------

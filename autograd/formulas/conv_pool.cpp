@@ -16,7 +16,8 @@ void register_conv_pool_formulas() {
                               [&] { return conv2d_backward_input(g[0], c.input(1), c.input_sizes(0), p); });
     Tensor grad_w, grad_b;
     if (c.needs_grad(1)) {
-      std::tie(grad_w, grad_b) = conv2d_backward_weight(g[0], c.input(0), c.input_sizes(1), c.needs_grad(2), p);
+      std::tie(grad_w, grad_b) =
+          conv2d_backward_weight(g[0], c.input(0), c.input_sizes(1), c.needs_grad(2), p);
     } else if (c.needs_grad(2)) {
       grad_b = g[0].sum({0, 2, 3});
     }
@@ -24,9 +25,10 @@ void register_conv_pool_formulas() {
   });
 
   // outputs (values, indices): the gradient goes to the input element each window picked
-  define_formula<Op::max_pool2d>(Save{.outputs = 0b10}, [](const GradContext<Pool2dParams>& c, const Grads& g) {
-    return Grads{max_pool2d_backward(g[0], c.output(1), c.input_sizes(0), c.attrs())};
-  });
+  define_formula<Op::max_pool2d>(
+      Save{.outputs = 0b10}, [](const GradContext<Pool2dParams>& c, const Grads& g) {
+        return Grads{max_pool2d_backward(g[0], c.output(1), c.input_sizes(0), c.attrs())};
+      });
 
   define_formula<Op::avg_pool2d>(Save{}, [](const GradContext<Pool2dParams>& c, const Grads& g) {
     return Grads{avg_pool2d_backward(g[0], c.input_sizes(0), c.attrs())};

@@ -18,9 +18,10 @@ Grads matmul_grad(const GradContext<MatmulAttrs>& c, const Tensor& grad) {
   if (da == 1 && db == 1)  // dot product
     return Grads{if_needed(c.needs_grad(0), [&] { return grad * b; }),
                  if_needed(c.needs_grad(1), [&] { return grad * a; })};
-  Tensor A = da == 1 ? a.unsqueeze(0) : a;  // [*, M, K]
-  Tensor B = db == 1 ? b.unsqueeze(1) : b;  // [*, K, N]
-  Tensor G = da == 1 ? grad.unsqueeze(-2) : db == 1 ? grad.unsqueeze(-1) : grad;  // [*, M, N]
+  // A [*, M, K] @ B [*, K, N] = G [*, M, N]
+  Tensor A = da == 1 ? a.unsqueeze(0) : a;
+  Tensor B = db == 1 ? b.unsqueeze(1) : b;
+  Tensor G = da == 1 ? grad.unsqueeze(-2) : db == 1 ? grad.unsqueeze(-1) : grad;
   Tensor grad_a = if_needed(c.needs_grad(0), [&] {
     Tensor r = matmul(G, B.transpose(-1, -2));
     return sum_to(da == 1 ? r.squeeze(-2) : r, a.sizes());
@@ -41,8 +42,9 @@ Grads matmul_grad(const GradContext<MatmulAttrs>& c, const Tensor& grad) {
 Grads linear_grad(const GradContext<MatmulAttrs>& c, const Tensor& grad) {
   const int64_t out_features = c.input_sizes(1)[0], in_features = c.input_sizes(1)[1];
   Tensor g2 = grad.reshape({-1, out_features});
+  auto grad_weight = [&] { return matmul(g2.t(), c.input(0).reshape({-1, in_features})); };
   return Grads{if_needed(c.needs_grad(0), [&] { return matmul(grad, c.input(1)); }),
-               if_needed(c.needs_grad(1), [&] { return matmul(g2.t(), c.input(0).reshape({-1, in_features})); }),
+               if_needed(c.needs_grad(1), grad_weight),
                if_needed(c.needs_grad(2), [&] { return g2.sum({0}); })};
 }
 

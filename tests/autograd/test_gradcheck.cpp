@@ -85,10 +85,10 @@ TEST_CASE("gradcheck coverage: every op has a case or a reviewed reason not to")
     Op op = static_cast<Op>(i);
     bool listed = kNonDifferentiable.count(op) > 0;
     CHECK_MESSAGE((covered.count(op) > 0) != listed, name_of(op),
-                  listed ? " is listed as non-differentiable but has a gradcheck case"
-                         : " has neither a gradcheck case nor a place in the non-differentiable list");
+                  std::string(listed ? " is listed as non-differentiable but has a gradcheck case"
+                                     : " has neither a gradcheck case nor a place in the non-differentiable list"));
     CHECK_MESSAGE(autograd::has_formula(op) != listed, name_of(op),
-                  listed ? " is listed as non-differentiable but has a formula" : " has no gradient formula");
+                  std::string(listed ? " is listed as non-differentiable but has a formula" : " has no gradient formula"));
     differentiable += !listed;
   }
   MESSAGE("gradcheck covers ", covered.size(), " of ", differentiable, " differentiable ops (", kNumOps,
