@@ -61,7 +61,7 @@ class GraphTask {
   struct NodeState {
     int dependencies = 0;
     bool queued = false;
-    std::vector<Tensor> buffer;
+    PoolVector<Tensor> buffer;
   };
 
  public:
@@ -149,7 +149,7 @@ class GraphTask {
   }
 
   void add_grad(const Edge& edge, Tensor grad) {
-    std::vector<Tensor>& buffer = state_[edge.node.get()].buffer;
+    PoolVector<Tensor>& buffer = state_[edge.node.get()].buffer;
     if (buffer.empty()) buffer.resize(edge.node->output_meta().size());
     Tensor& slot = buffer[edge.input_nr];
     // Out of place: the incoming gradient may alias tensors that others still read.
@@ -158,7 +158,8 @@ class GraphTask {
 
   // Runs one node: its hooks, the captures, its formula. Returns the gradients for its inputs.
   std::vector<Tensor> evaluate(Node& node) {
-    std::vector<Tensor> grads = std::move(state_[&node].buffer);
+    PoolVector<Tensor> buffer = std::move(state_[&node].buffer);
+    std::vector<Tensor> grads(std::make_move_iterator(buffer.begin()), std::make_move_iterator(buffer.end()));
     grads.resize(node.output_meta().size());
     AutoGradMode mode(create_graph_);
     if (node.has_pre_hooks())
@@ -188,7 +189,9 @@ class GraphTask {
   }
 
   bool keep_graph_, create_graph_;
-  std::unordered_map<Node*, NodeState> state_;
+  std::unordered_map<Node*, NodeState, std::hash<Node*>, std::equal_to<Node*>,
+                     PoolAllocator<std::pair<Node* const, NodeState>>>
+      state_;
   std::unordered_map<Node*, std::vector<std::pair<uint32_t, size_t>>> captures_;
   std::unordered_set<Node*> needed_;
   std::vector<Tensor> captured_;

@@ -54,7 +54,7 @@ class OpNodeBase : public Node {
  private:
   Op op_;
   Save spec_;
-  std::vector<SavedTensor> saved_inputs_, saved_outputs_;
+  PoolVector<SavedTensor> saved_inputs_, saved_outputs_;
 };
 
 template <class Attrs>

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/object_pool.h"
 #include "core/tensor.h"
 
 namespace loom::autograd {
@@ -43,6 +44,11 @@ struct TensorMeta {
 
 using GradHook = std::function<Tensor(const Tensor&)>;
 
+// Node-owned arrays come from the per-thread object pool too (core/object_pool.h): every
+// recorded op makes a few of them.
+template <class T>
+using PoolVector = std::vector<T, PoolAllocator<T>>;
+
 class Node : public std::enable_shared_from_this<Node> {
  public:
   Node();
@@ -61,17 +67,17 @@ class Node : public std::enable_shared_from_this<Node> {
   // Moves the saved tensors out (used while freeing a graph, see ~Node).
   virtual void move_saved_out(std::vector<Tensor>& out) { (void)out; }
 
-  const std::vector<Edge>& next_edges() const { return next_edges_; }
-  std::vector<Edge>& mutable_next_edges() { return next_edges_; }
+  const PoolVector<Edge>& next_edges() const { return next_edges_; }
+  PoolVector<Edge>& mutable_next_edges() { return next_edges_; }
   const Edge& next_edge(size_t i) const { return next_edges_[i]; }
   size_t num_inputs() const { return next_edges_.size(); }  // forward inputs
   bool needs_input_grad(size_t i) const { return i < next_edges_.size() && next_edges_[i].valid(); }
 
   // Forward outputs (the gradients this node receives).
-  const std::vector<TensorMeta>& output_meta() const { return output_meta_; }
+  const PoolVector<TensorMeta>& output_meta() const { return output_meta_; }
   void add_output_meta(const Tensor& t) { output_meta_.push_back(t.defined() ? TensorMeta(t) : TensorMeta()); }
   // Forward inputs (the gradients this node returns must match them).
-  const std::vector<TensorMeta>& input_meta() const { return input_meta_; }
+  const PoolVector<TensorMeta>& input_meta() const { return input_meta_; }
   void add_input(Edge edge, const Tensor& input);
   void reserve(size_t inputs, size_t outputs) {
     next_edges_.reserve(inputs);
@@ -96,9 +102,9 @@ class Node : public std::enable_shared_from_this<Node> {
   // nodes it was the last owner of on `stack` instead of freeing them recursively.
   void release_graph(std::vector<std::shared_ptr<Node>>& stack);
 
-  std::vector<Edge> next_edges_;
-  std::vector<TensorMeta> input_meta_;
-  std::vector<TensorMeta> output_meta_;
+  PoolVector<Edge> next_edges_;
+  PoolVector<TensorMeta> input_meta_;
+  PoolVector<TensorMeta> output_meta_;
 
  private:
   struct PreHook {
