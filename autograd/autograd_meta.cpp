@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "autograd/accumulate_grad.h"
+#include "autograd/recorder.h"
 #include "ops/ops.h"
 
 namespace loom::autograd {
@@ -27,6 +28,7 @@ std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
 Edge gradient_edge(const Tensor& t) {
   AutogradMeta* meta = meta_of(t);
   if (!meta) return {};
+  if (meta->grad_fn_ && t.is_view() && meta->version_at_history_ != t.version()) refresh_view_history(t);
   if (meta->grad_fn_) return {meta->grad_fn_, meta->output_nr_};
   if (meta->requires_grad_) return {grad_accumulator(t), 0};
   return {};
@@ -36,6 +38,7 @@ void set_history(const Tensor& output, std::shared_ptr<Node> node, uint32_t outp
   AutogradMeta& meta = materialize_meta(output);
   meta.grad_fn_ = std::move(node);
   meta.output_nr_ = output_nr;
+  meta.version_at_history_ = output.version();
   meta.requires_grad_ = false;
 }
 

@@ -25,6 +25,9 @@ struct AutogradMeta final : AutogradMetaInterface {
   Tensor grad_;
   std::shared_ptr<Node> grad_fn_;
   uint32_t output_nr_ = 0;
+  // Storage version when grad_fn_ was set. For a view, a later version means its base was
+  // written since (perhaps through another view): its history is then rebuilt from the base's.
+  uint64_t version_at_history_ = 0;
   // The accumulator is owned by the graph nodes that feed it; the leaf only refers to it, so a
   // leaf does not keep a dead graph alive (and a new graph reuses a live accumulator).
   std::weak_ptr<Node> grad_accumulator_;

@@ -61,6 +61,15 @@ void record(Op op, std::span<const Tensor> inputs, std::span<const Tensor> outpu
   if (entry.save.inputs || entry.save.outputs) node->save(inputs, outputs, entry.save);
 }
 
+// The view's history becomes as_strided(base) with its own geometry.
+void rebuild_view_history(const Tensor& view, const Tensor& base) {
+  AsStridedAttrs attrs{DimVector(view.sizes()), DimVector(view.strides()), view.storage_offset(),
+                       DimVector(base.strides()), base.storage_offset()};
+  Tensor inputs[] = {base};
+  Tensor outputs[] = {view};
+  record(Op::as_strided, inputs, outputs, &attrs);
+}
+
 // base.copy_ happened through a view: grad(base_old) = grad(base) outside the view's
 // elements, 0 inside; grad(src) = grad(base) at the view's elements.
 class CopySlices final : public Node {
@@ -84,6 +93,8 @@ class CopySlices final : public Node {
     Tensor grad_view = as_strided(buffer, view_sizes_, view_strides_, view_offset_);
     Tensor grad_src = needs_input_grad(1) ? grad_view.clone() : Tensor();
     grad_view.zero_();
+    // Taken again after the write: under create_graph the earlier view's history predates it.
+    if (needs_input_grad(0)) grad_base = as_strided(buffer, base_sizes_, base_strides_, base_offset_);
     return {needs_input_grad(0) ? grad_base : Tensor(), grad_src};
   }
 
@@ -113,12 +124,7 @@ void record_copy_(const Tensor& dst, const Tensor& src) {
   node->add_input(gradient_edge(src), src);
   node->add_output_meta(base);
   set_history(base, node, 0);
-  // The view now reads the new base.
-  AsStridedAttrs attrs{DimVector(dst.sizes()), DimVector(dst.strides()), dst.storage_offset(),
-                       DimVector(base.strides()), base.storage_offset()};
-  Tensor inputs[] = {base};
-  Tensor outputs[] = {dst};
-  record(Op::as_strided, inputs, outputs, &attrs);
+  rebuild_view_history(dst, base);
 }
 
 bool saves_input(Op op, size_t index) { return formula_entry(op).save.inputs >> index & 1; }
@@ -126,6 +132,14 @@ bool saves_input(Op op, size_t index) { return formula_entry(op).save.inputs >> 
 const GradRecorder kRecorder{&record, &record_copy_, &saves_input};
 
 }  // namespace
+
+void refresh_view_history(const Tensor& view) {
+  Tensor base = view.base();
+  if (!base.requires_grad() || !GradMode::is_enabled()) return;
+  rebuild_view_history(view, base);
+  // Recorded against the current version: no further rebuild until the next write.
+  meta_of(view)->version_at_history_ = view.version();
+}
 
 void install_autograd() {
   static std::once_flag once;

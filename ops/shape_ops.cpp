@@ -2,15 +2,22 @@
  * Joining, indexing and rearranging (see shape_ops.h): validation, output allocation and
  * dispatch. Index values are checked here, before any kernel writes, so that a bad index is
  * a loom::Error naming the op, the value and the size on every backend. stack and repeat are
- * composites of views, cat and copies.
+ * composites of views, cat and copies, and so differentiable through those.
+ *
+ * For autograd each primitive runs with grad mode off and is then recorded (compute_then_record):
+ * the attributes (normalised dims) are made after the computation has validated the
+ * arguments, so that a bad call throws exactly what it throws unrecorded. Index tensors are
+ * recorded as inputs (the formulas read them) but get no gradient.
  */
 #include "ops/shape_ops.h"
 
 #include <algorithm>
 #include <limits>
+#include <span>
 #include <string>
 
 #include "core/parallel.h"
+#include "ops/autograd_hook.h"
 #include "ops/copy_ops.h"
 #include "ops/dispatch.h"
 #include "ops/op_utils.h"
@@ -85,9 +92,41 @@ DimVector padded_shape(IntArrayRef sizes, IntArrayRef pads, PadMode mode, std::s
   return out;
 }
 
+// Runs compute() with grad mode off, then records it as `op` of `inputs` with the attributes
+// make_attrs() returns.
+template <Op op, class Compute, class MakeAttrs>
+Tensor compute_then_record(std::span<const Tensor> inputs, const MakeAttrs& make_attrs, const Compute& compute) {
+  Tensor out;
+  {
+    AutoGradMode below_autograd(false);
+    out = compute();
+  }
+  const typename OpTraits<op>::Attrs attrs = make_attrs();
+  grad_recorder()->record(op, inputs, std::span<const Tensor>(&out, 1), &attrs);
+  return out;
+}
+
+template <Op op, class Compute, class MakeAttrs>
+Tensor compute_then_record(std::initializer_list<Tensor> inputs, const MakeAttrs& make_attrs,
+                           const Compute& compute) {
+  return compute_then_record<op>(std::span<const Tensor>(inputs.begin(), inputs.size()), make_attrs, compute);
+}
+
 }  // namespace
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  if (GradMode::is_enabled() &&
+      std::any_of(tensors.begin(), tensors.end(), [](const Tensor& t) { return t.requires_grad(); })) {
+    return compute_then_record<Op::cat>(
+        tensors,
+        [&] {
+          // dim as cat normalised it: against the first tensor that is not a legacy empty one
+          for (const Tensor& t : tensors)
+            if (!is_legacy_empty(t)) return DimAttrs{wrap_dim(dim, t.dim(), "cat")};
+          return DimAttrs{0};
+        },
+        [&] { return cat(tensors, dim); });
+  }
   LOOM_CHECK(!tensors.empty(), "cat: expected a non-empty list of tensors");
   DType dtype = tensors[0].defined() ? tensors[0].dtype() : kFloat32;
   size_t ref = tensors.size();  // first tensor that is not a legacy empty one
@@ -141,6 +180,11 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  if (should_record(x)) {
+    return compute_then_record<Op::index_select>(
+        {x, index}, [&] { return DimAttrs{wrap_dim(dim, x.dim(), "index_select")}; },
+        [&] { return index_select(x, dim, index); });
+  }
   check_defined(x, "index_select");
   Tensor idx = index_as_int64(index, "index_select");
   check_same_device(x, idx, "index_select");
@@ -157,6 +201,10 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  if (should_record(x)) {
+    return compute_then_record<Op::gather>({x, index}, [&] { return DimAttrs{wrap_dim(dim, x.dim(), "gather")}; },
+                                           [&] { return gather(x, dim, index); });
+  }
   check_defined(x, "gather");
   Tensor idx = index_as_int64(index, "gather");
   check_same_device(x, idx, "gather");
@@ -177,6 +225,11 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  if (should_record(x, src)) {
+    return compute_then_record<Op::scatter_add>(
+        {x, index, src}, [&] { return DimAttrs{wrap_dim(dim, x.dim(), "scatter_add")}; },
+        [&] { return scatter_add(x, dim, index, src); });
+  }
   check_defined(x, "scatter_add");
   check_defined(src, "scatter_add", "src");
   Tensor idx = index_as_int64(index, "scatter_add");
@@ -203,6 +256,11 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 }
 
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  if (should_record(x, src)) {
+    return compute_then_record<Op::index_add>(
+        {x, index, src}, [&] { return DimAttrs{wrap_dim(dim, x.dim(), "index_add")}; },
+        [&] { return index_add(x, dim, index, src); });
+  }
   check_defined(x, "index_add");
   check_defined(src, "index_add", "src");
   Tensor idx = index_as_int64(index, "index_add");
@@ -227,6 +285,7 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
 }
 
 Tensor tril(const Tensor& x, int64_t diagonal) {
+  if (should_record(x)) return recorded<Op::tril>({x}, TriangleAttrs{diagonal}, [&] { return tril(x, diagonal); });
   check_defined(x, "tril");
   LOOM_CHECK(x.dim() >= 2, "tril: expected a tensor with at least 2 dims, got shape ", x.sizes());
   Tensor out = empty(x.sizes(), x.options());
@@ -235,6 +294,7 @@ Tensor tril(const Tensor& x, int64_t diagonal) {
 }
 
 Tensor triu(const Tensor& x, int64_t diagonal) {
+  if (should_record(x)) return recorded<Op::triu>({x}, TriangleAttrs{diagonal}, [&] { return triu(x, diagonal); });
   check_defined(x, "triu");
   LOOM_CHECK(x.dim() >= 2, "triu: expected a tensor with at least 2 dims, got shape ", x.sizes());
   Tensor out = empty(x.sizes(), x.options());
@@ -266,6 +326,7 @@ Tensor repeat(const Tensor& x, IntArrayRef repeats) {
 Tensor flip(const Tensor& x, IntArrayRef dims) {
   check_defined(x, "flip");
   DimVector flipped = dims.empty() ? DimVector{} : normalize_dims(dims, x.dim(), "flip");
+  if (should_record(x)) return recorded<Op::flip>({x}, DimsAttrs{flipped}, [&] { return flip(x, flipped); });
   Tensor out = empty(x.sizes(), x.options());
   if (out.numel() > 0) get_kernel<Op::flip>(x.device())(out, x, flipped);
   return out;
@@ -275,6 +336,8 @@ Tensor pad(const Tensor& x, IntArrayRef pads, std::string_view mode, double valu
   check_defined(x, "pad");
   const PadMode m = parse_pad_mode(mode, "pad");
   DimVector shape = padded_shape(x.sizes(), pads, m, "pad");
+  if (should_record(x))
+    return recorded<Op::pad>({x}, PadAttrs{DimVector(pads), m, value}, [&] { return pad(x, pads, mode, value); });
   Tensor out = empty(shape, x.options());
   if (out.numel() > 0) get_kernel<Op::pad>(x.device())(out, x, pads, m, value);
   return out;
@@ -288,6 +351,11 @@ Tensor pad_backward(const Tensor& grad_out, IntArrayRef input_sizes, IntArrayRef
   DimVector expected = padded_shape(input_sizes, pads, m, "pad_backward");
   LOOM_CHECK(grad_out.sizes() == IntArrayRef(expected), "pad_backward: expected grad_out of shape ", expected,
              " for input shape ", input_sizes, " and pads ", pads, ", got ", grad_out.sizes());
+  // Recorded without a formula: a second derivative through pad's backward is a clear error.
+  if (should_record(grad_out)) {
+    return recorded<Op::pad_backward>({grad_out}, PadAttrs{DimVector(pads), m, 0.0},
+                                      [&] { return pad_backward(grad_out, input_sizes, pads, mode); });
+  }
   Tensor grad_input = empty(input_sizes, grad_out.options());
   if (grad_input.numel() > 0) get_kernel<Op::pad_backward>(grad_out.device())(grad_input, grad_out, pads, m);
   return grad_input;

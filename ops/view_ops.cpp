@@ -1,12 +1,18 @@
 /*
  * View ops (see view_ops.h): each computes new sizes/strides/offset over x's storage.
  * reshape falls back to a contiguous copy only when no strides can express the new shape.
+ *
+ * For autograd each view is recorded as its primitive op (op_list.def) once its geometry is
+ * known, so the recorded path validates once, as the unrecorded one does. The composites
+ * (reshape, transpose, narrow, flatten, split, ...) are differentiable because they end in
+ * one of these primitives: none of them calls make_view unrecorded.
  */
 #include "ops/view_ops.h"
 
 #include <algorithm>
 #include <numeric>
 
+#include "ops/autograd_hook.h"
 #include "ops/copy_ops.h"
 #include "ops/op_utils.h"
 
@@ -71,6 +77,17 @@ bool view_strides(IntArrayRef sizes, IntArrayRef strides, IntArrayRef new_sizes,
   return view_d == -1;
 }
 
+// The view of x with this geometry, recorded as `op` with the attributes make_attrs() returns
+// when x is in the graph (the attributes are only built then).
+template <Op op, class MakeAttrs>
+Tensor view_of(const Tensor& x, IntArrayRef sizes, IntArrayRef strides, int64_t offset, const MakeAttrs& make_attrs) {
+  if (should_record(x))
+    return recorded<op>({x}, make_attrs(), [&] { return make_view(x, sizes, strides, offset); });
+  return make_view(x, sizes, strides, offset);
+}
+
+NoAttrs no_attrs() { return {}; }
+
 }  // namespace
 
 Tensor as_strided(const Tensor& x, IntArrayRef sizes, IntArrayRef strides, std::optional<int64_t> storage_offset) {
@@ -91,7 +108,9 @@ Tensor as_strided(const Tensor& x, IntArrayRef sizes, IntArrayRef strides, std::
   int64_t capacity = static_cast<int64_t>(x.storage()->nbytes() / x.element_size());
   LOOM_CHECK(empty_view || last < capacity, "as_strided: view with sizes ", sizes, ", strides ", strides,
              " and offset ", offset, " reaches element ", last, " of a storage of ", capacity, " elements");
-  return make_view(x, sizes, strides, offset);
+  return view_of<Op::as_strided>(x, sizes, strides, offset, [&] {
+    return AsStridedAttrs{DimVector(sizes), DimVector(strides), offset, DimVector(x.strides()), x.storage_offset()};
+  });
 }
 
 Tensor view(const Tensor& x, IntArrayRef sizes) {
@@ -101,15 +120,16 @@ Tensor view(const Tensor& x, IntArrayRef sizes) {
   LOOM_CHECK(view_strides(x.sizes(), x.strides(), shape, strides), "view: shape ", shape,
              " is not compatible with the strides ", x.strides(), " of a tensor of shape ", x.sizes(),
              " (at least one dimension spans two contiguous subspaces); use reshape");
-  return make_view(x, shape, strides, x.storage_offset());
+  return view_of<Op::view>(x, shape, strides, x.storage_offset(), no_attrs);
 }
 
 Tensor reshape(const Tensor& x, IntArrayRef sizes) {
   check_defined(x, "reshape");
   DimVector shape = infer_size(sizes, x.numel(), "reshape", x.sizes());
   DimVector strides;
-  if (view_strides(x.sizes(), x.strides(), shape, strides)) return make_view(x, shape, strides, x.storage_offset());
-  return view(contiguous(x), shape);
+  if (view_strides(x.sizes(), x.strides(), shape, strides))
+    return view_of<Op::view>(x, shape, strides, x.storage_offset(), no_attrs);
+  return view(contiguous(x), shape);  // recorded as copy, then view
 }
 
 Tensor permute(const Tensor& x, IntArrayRef dims) {
@@ -117,31 +137,38 @@ Tensor permute(const Tensor& x, IntArrayRef dims) {
   const int64_t n = x.dim();
   LOOM_CHECK(static_cast<int64_t>(dims.size()) == n, "permute: got ", dims.size(), " dims ", dims, " for a ", n,
              "-D tensor of shape ", x.sizes());
-  DimVector sizes(n), strides(n);
+  DimVector sizes(n), strides(n), wrapped(n);
   std::vector<bool> seen(n, false);
   for (int64_t i = 0; i < n; ++i) {
     int64_t d = wrap_dim(dims[i], n, "permute");
     LOOM_CHECK(!seen[d], "permute: dim ", d, " repeated in ", dims);
     seen[d] = true;
+    wrapped[i] = d;
     sizes[i] = x.sizes()[d];
     strides[i] = x.strides()[d];
   }
-  return make_view(x, sizes, strides, x.storage_offset());
+  return view_of<Op::permute>(x, sizes, strides, x.storage_offset(), [&] { return DimsAttrs{wrapped}; });
 }
 
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
   check_defined(x, "transpose");
   const int64_t n = x.dim();
+  // A transpose is the permutation that swaps a and b (recorded as permute).
   if (n == 0) {
     wrap_dim(dim0, 0, "transpose");
     wrap_dim(dim1, 0, "transpose");
-    return make_view(x, x.sizes(), x.strides(), x.storage_offset());
+    return view_of<Op::permute>(x, x.sizes(), x.strides(), x.storage_offset(), [] { return DimsAttrs{}; });
   }
   int64_t a = wrap_dim(dim0, n, "transpose"), b = wrap_dim(dim1, n, "transpose");
   DimVector sizes(x.sizes()), strides(x.strides());
   std::swap(sizes[a], sizes[b]);
   std::swap(strides[a], strides[b]);
-  return make_view(x, sizes, strides, x.storage_offset());
+  return view_of<Op::permute>(x, sizes, strides, x.storage_offset(), [&] {
+    DimsAttrs attrs{DimVector(static_cast<size_t>(n), 0)};
+    for (int64_t i = 0; i < n; ++i) attrs.dims[static_cast<size_t>(i)] = i;
+    std::swap(attrs.dims[static_cast<size_t>(a)], attrs.dims[static_cast<size_t>(b)]);
+    return attrs;
+  });
 }
 
 Tensor t(const Tensor& x) {
@@ -163,7 +190,8 @@ Tensor slice(const Tensor& x, int64_t dim, std::optional<int64_t> start, std::op
   DimVector sizes(x.sizes()), strides(x.strides());
   sizes[d] = len;
   strides[d] *= step;
-  return make_view(x, sizes, strides, x.storage_offset() + s * x.strides()[d]);
+  return view_of<Op::slice>(x, sizes, strides, x.storage_offset() + s * x.strides()[d],
+                            [&] { return SliceAttrs{d, s, std::max(e, s), step}; });
 }
 
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
@@ -188,7 +216,8 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index) {
   DimVector sizes(x.sizes()), strides(x.strides());
   sizes.erase(d);
   strides.erase(d);
-  return make_view(x, sizes, strides, x.storage_offset() + index * x.strides()[d]);
+  return view_of<Op::select>(x, sizes, strides, x.storage_offset() + index * x.strides()[d],
+                             [&] { return SelectAttrs{d, index}; });
 }
 
 Tensor expand(const Tensor& x, IntArrayRef sizes) {
@@ -213,7 +242,7 @@ Tensor expand(const Tensor& x, IntArrayRef sizes) {
       out_strides[i] = 0;
     }
   }
-  return make_view(x, out_sizes, out_strides, x.storage_offset());
+  return view_of<Op::expand>(x, out_sizes, out_strides, x.storage_offset(), no_attrs);
 }
 
 Tensor squeeze(const Tensor& x) {
@@ -224,21 +253,21 @@ Tensor squeeze(const Tensor& x) {
     sizes.push_back(x.sizes()[i]);
     strides.push_back(x.strides()[i]);
   }
-  return make_view(x, sizes, strides, x.storage_offset());
+  return view_of<Op::squeeze>(x, sizes, strides, x.storage_offset(), no_attrs);
 }
 
 Tensor squeeze(const Tensor& x, int64_t dim) {
   check_defined(x, "squeeze");
   if (x.dim() == 0) {
     wrap_dim(dim, 0, "squeeze");
-    return make_view(x, x.sizes(), x.strides(), x.storage_offset());
+    return view_of<Op::squeeze>(x, x.sizes(), x.strides(), x.storage_offset(), no_attrs);
   }
   int64_t d = wrap_dim(dim, x.dim(), "squeeze");
-  if (x.sizes()[d] != 1) return make_view(x, x.sizes(), x.strides(), x.storage_offset());
+  if (x.sizes()[d] != 1) return view_of<Op::squeeze>(x, x.sizes(), x.strides(), x.storage_offset(), no_attrs);
   DimVector sizes(x.sizes()), strides(x.strides());
   sizes.erase(d);
   strides.erase(d);
-  return make_view(x, sizes, strides, x.storage_offset());
+  return view_of<Op::squeeze>(x, sizes, strides, x.storage_offset(), no_attrs);
 }
 
 Tensor unsqueeze(const Tensor& x, int64_t dim) {
@@ -248,7 +277,7 @@ Tensor unsqueeze(const Tensor& x, int64_t dim) {
   int64_t stride = d < x.dim() ? x.sizes()[d] * x.strides()[d] : 1;
   sizes.insert(d, 1);
   strides.insert(d, stride);
-  return make_view(x, sizes, strides, x.storage_offset());
+  return view_of<Op::unsqueeze>(x, sizes, strides, x.storage_offset(), no_attrs);
 }
 
 Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
