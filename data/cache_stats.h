@@ -19,7 +19,9 @@ struct CacheStats {
   size_t capacity_bytes = 0;  // the budget
 
   int64_t lookups() const { return hits + misses; }
-  double hit_rate() const { return lookups() == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(lookups()); }
+  double hit_rate() const {
+    return lookups() == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(lookups());
+  }
 };
 
 inline std::ostream& operator<<(std::ostream& os, const CacheStats& s) {

@@ -9,7 +9,8 @@ namespace loom::data {
 
 namespace {
 
-std::vector<uint8_t> inflate_chunk(const std::vector<uint8_t>& in, size_t chunk_bytes, const std::string& what) {
+std::vector<uint8_t> inflate_chunk(const std::vector<uint8_t>& in, size_t chunk_bytes,
+                                   const std::string& what) {
   std::vector<uint8_t> out(chunk_bytes);
   uLongf out_len = static_cast<uLongf>(chunk_bytes);
   // The destination is exactly one chunk: a stream that inflates to more is corrupt too
@@ -17,7 +18,8 @@ std::vector<uint8_t> inflate_chunk(const std::vector<uint8_t>& in, size_t chunk_
   const int rc = uncompress(out.data(), &out_len, in.data(), static_cast<uLong>(in.size()));
   LOOM_CHECK(rc == Z_OK, what, ": deflate stream is corrupt (zlib: ", zError(rc), ", ", in.size(),
              " stored bytes for a chunk of ", chunk_bytes, ")");
-  LOOM_CHECK(out_len == chunk_bytes, what, ": deflate stream inflates to ", out_len, " bytes, expected ", chunk_bytes);
+  LOOM_CHECK(out_len == chunk_bytes, what, ": deflate stream inflates to ", out_len, " bytes, expected ",
+             chunk_bytes);
   return out;
 }
 
@@ -53,15 +55,15 @@ std::vector<uint8_t> decode_chunk(std::vector<uint8_t> stored, const std::vector
     if (f.id == kFilterDeflate) {
       stored = inflate_chunk(stored, chunk_bytes, what);
     } else if (f.id == kFilterShuffle) {
-      LOOM_CHECK(stored.size() == chunk_bytes, what, ": shuffled chunk has ", stored.size(), " bytes, expected ",
-                 chunk_bytes);
+      LOOM_CHECK(stored.size() == chunk_bytes, what, ": shuffled chunk has ", stored.size(),
+                 " bytes, expected ", chunk_bytes);
       stored = unshuffle(stored, f.params.empty() ? element_size : f.params[0]);
     } else {
       LOOM_FAIL(what, ": filter ", f.id, " ('", f.name, "') cannot be decoded outside HDF5");
     }
   }
-  LOOM_CHECK(stored.size() == chunk_bytes, what, ": chunk has ", stored.size(), " bytes, expected ", chunk_bytes,
-             " (truncated or corrupted file?)");
+  LOOM_CHECK(stored.size() == chunk_bytes, what, ": chunk has ", stored.size(), " bytes, expected ",
+             chunk_bytes, " (truncated or corrupted file?)");
   return stored;
 }
 

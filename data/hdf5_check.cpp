@@ -15,7 +15,8 @@ std::recursive_mutex& hdf5_mutex() {
 // One frame of HDF5's error stack: "H5Dopen2(): unable to open dataset (object not found)".
 herr_t collect_frame(unsigned /*n*/, const H5E_error2_t* err, void* out) {
   auto* frames = static_cast<std::vector<std::string>*>(out);
-  std::string frame = std::string(err->func_name ? err->func_name : "?") + "(): " + (err->desc ? err->desc : "");
+  std::string frame =
+      std::string(err->func_name ? err->func_name : "?") + "(): " + (err->desc ? err->desc : "");
   char minor[128] = {0};
   if (H5Eget_msg(err->min_num, nullptr, minor, sizeof(minor)) > 0 && minor[0] != '\0') {
     frame += " (";
@@ -56,7 +57,7 @@ std::string hdf5_error_stack() {
 
 void hdf5_fail(const char* file, int line, const char* call, const std::string& context) {
   std::string stack = hdf5_error_stack();
-  ::loom::detail::throw_error(file, line, concat(context, ": ", call, " failed: ", stack));
+  ::loom::detail::throw_error(file, line, ::loom::detail::concat(context, ": ", call, " failed: ", stack));
 }
 
 }  // namespace detail

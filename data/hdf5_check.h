@@ -46,10 +46,10 @@ std::string hdf5_error_stack();
 }  // namespace detail
 }  // namespace loom::data
 
-#define LOOM_HDF5_CHECK(call, ...)                                                              \
-  [&]() {                                                                                       \
-    const auto loom_hdf5_result_ = (call);                                                      \
-    if (loom_hdf5_result_ < 0) [[unlikely]]                                                     \
+#define LOOM_HDF5_CHECK(call, ...)                                                                     \
+  [&]() {                                                                                              \
+    const auto loom_hdf5_result_ = (call);                                                             \
+    if (loom_hdf5_result_ < 0) [[unlikely]]                                                            \
       ::loom::data::detail::hdf5_fail(__FILE__, __LINE__, #call, ::loom::detail::concat(__VA_ARGS__)); \
-    return loom_hdf5_result_;                                                                   \
+    return loom_hdf5_result_;                                                                          \
   }()

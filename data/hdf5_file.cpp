@@ -10,7 +10,9 @@ namespace loom::data {
 
 namespace {
 
-std::vector<hsize_t> to_hsize(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
+std::vector<hsize_t> to_hsize(const std::vector<int64_t>& v) {
+  return {v.begin(), v.end()};
+}
 
 std::string join(const std::vector<std::string>& names) {
   std::string out;
@@ -123,7 +125,8 @@ std::shared_ptr<Hdf5File> Hdf5File::create(const std::string& path) {
   // storage; every HDF5 since 1.8 (and h5py) reads it.
   Hdf5Handle fapl(LOOM_HDF5_CHECK(H5Pcreate(H5P_FILE_ACCESS), path), H5Pclose);
   LOOM_HDF5_CHECK(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST), path);
-  hid_t id = LOOM_HDF5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), path, ": cannot create");
+  hid_t id = LOOM_HDF5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), path,
+                             ": cannot create");
   return std::shared_ptr<Hdf5File>(new Hdf5File(path, Hdf5Handle(id, H5Fclose)));
 }
 
@@ -133,8 +136,7 @@ void Hdf5File::close() {
   Hdf5Lock lock;
   if (!file_.valid()) return;
   LOOM_HDF5_CHECK(H5Fflush(file_.get(), H5F_SCOPE_LOCAL), path_, ": flush");
-  hid_t id = file_.get();
-  file_ = Hdf5Handle();  // closed below, with the error checked
+  const hid_t id = file_.release();  // closed here, with the error checked
   LOOM_HDF5_CHECK(H5Fclose(id), path_, ": close");
 }
 
@@ -154,21 +156,24 @@ bool Hdf5File::has_dataset(const std::string& name) const {
   while (true) {
     size_t slash = name.find('/', pos + 1);
     std::string prefix = name.substr(0, slash);
-    if (prefix.empty() || LOOM_HDF5_CHECK(H5Lexists(file_.get(), prefix.c_str(), H5P_DEFAULT), path_, ": '", prefix,
-                                          "'") <= 0)
+    if (prefix.empty() ||
+        LOOM_HDF5_CHECK(H5Lexists(file_.get(), prefix.c_str(), H5P_DEFAULT), path_, ": '", prefix, "'") <= 0)
       return false;
     if (slash == std::string::npos) break;
     pos = slash;
   }
-  Hdf5Handle obj(LOOM_HDF5_CHECK(H5Oopen(file_.get(), name.c_str(), H5P_DEFAULT), path_, ": '", name, "'"), H5Oclose);
+  Hdf5Handle obj(LOOM_HDF5_CHECK(H5Oopen(file_.get(), name.c_str(), H5P_DEFAULT), path_, ": '", name, "'"),
+                 H5Oclose);
   return H5Iget_type(obj.get()) == H5I_DATASET;
 }
 
 Hdf5Handle Hdf5File::open_dataset(const std::string& name) const {
   Hdf5Lock lock;
-  LOOM_CHECK(has_dataset(name), path_, ": no dataset '", name, "' (the root group has: ", join(dataset_names()), ")");
-  return Hdf5Handle(LOOM_HDF5_CHECK(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), path_, ": dataset '", name, "'"),
-                    H5Dclose);
+  LOOM_CHECK(has_dataset(name), path_, ": no dataset '", name,
+             "' (the root group has: ", join(dataset_names()), ")");
+  return Hdf5Handle(
+      LOOM_HDF5_CHECK(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), path_, ": dataset '", name, "'"),
+      H5Dclose);
 }
 
 Hdf5DatasetInfo Hdf5File::describe(const std::string& name) const {
@@ -183,7 +188,8 @@ Hdf5DatasetInfo Hdf5File::describe(hid_t dataset, const std::string& name) const
   Hdf5Handle space(LOOM_HDF5_CHECK(H5Dget_space(dataset), path_, ": dataset '", name, "'"), H5Sclose);
   const int ndims = LOOM_HDF5_CHECK(H5Sget_simple_extent_ndims(space.get()), path_, ": dataset '", name, "'");
   std::vector<hsize_t> dims(static_cast<size_t>(ndims));
-  LOOM_HDF5_CHECK(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), path_, ": dataset '", name, "'");
+  LOOM_HDF5_CHECK(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), path_, ": dataset '", name,
+                  "'");
   info.dims.assign(dims.begin(), dims.end());
 
   Hdf5Handle type(LOOM_HDF5_CHECK(H5Dget_type(dataset), path_, ": dataset '", name, "'"), H5Tclose);
@@ -206,8 +212,8 @@ Hdf5DatasetInfo Hdf5File::describe(hid_t dataset, const std::string& name) const
       size_t nparams = 8;
       unsigned params[8] = {0};
       char filter_name[64] = {0};
-      H5Z_filter_t id = LOOM_HDF5_CHECK(H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &nparams, params,
-                                                       sizeof(filter_name), filter_name, &config),
+      H5Z_filter_t id = LOOM_HDF5_CHECK(H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &nparams,
+                                                       params, sizeof(filter_name), filter_name, &config),
                                         path_, ": dataset '", name, "': filter ", i);
       info.filters.push_back({static_cast<int>(id), filter_name,
                               std::vector<unsigned>(params, params + std::min<size_t>(nparams, 8))});
@@ -223,19 +229,22 @@ void Hdf5File::read_rows(hid_t dataset, const std::string& name, int64_t begin, 
   const int ndims = LOOM_HDF5_CHECK(H5Sget_simple_extent_ndims(space.get()), path_, ": dataset '", name, "'");
   LOOM_CHECK(ndims >= 1, path_, ": dataset '", name, "' is a scalar; rows need at least one dimension");
   std::vector<hsize_t> dims(static_cast<size_t>(ndims));
-  LOOM_HDF5_CHECK(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), path_, ": dataset '", name, "'");
+  LOOM_HDF5_CHECK(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), path_, ": dataset '", name,
+                  "'");
   LOOM_CHECK(0 <= begin && begin <= end && end <= static_cast<int64_t>(dims[0]), path_, ": dataset '", name,
              "': rows [", begin, ", ", end, ") out of range [0, ", dims[0], ")");
   if (begin == end) return;
   std::vector<hsize_t> start(dims.size(), 0), count = dims;
   start[0] = static_cast<hsize_t>(begin);
   count[0] = static_cast<hsize_t>(end - begin);
-  LOOM_HDF5_CHECK(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr), path_,
-                  ": dataset '", name, "'");
-  Hdf5Handle memspace(LOOM_HDF5_CHECK(H5Screate_simple(ndims, count.data(), nullptr), path_, ": dataset '", name, "'"),
-                      H5Sclose);
-  LOOM_HDF5_CHECK(H5Dread(dataset, hdf5_native_type(dtype), memspace.get(), space.get(), H5P_DEFAULT, out), path_,
-                  ": dataset '", name, "': read rows [", begin, ", ", end, ")");
+  LOOM_HDF5_CHECK(
+      H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr), path_,
+      ": dataset '", name, "'");
+  Hdf5Handle memspace(
+      LOOM_HDF5_CHECK(H5Screate_simple(ndims, count.data(), nullptr), path_, ": dataset '", name, "'"),
+      H5Sclose);
+  LOOM_HDF5_CHECK(H5Dread(dataset, hdf5_native_type(dtype), memspace.get(), space.get(), H5P_DEFAULT, out),
+                  path_, ": dataset '", name, "': read rows [", begin, ", ", end, ")");
 }
 
 bool Hdf5File::read_raw_chunk(hid_t dataset, const std::string& name, const std::vector<int64_t>& offset,
@@ -248,41 +257,42 @@ bool Hdf5File::read_raw_chunk(hid_t dataset, const std::string& name, const std:
   if (nbytes == 0) return false;
   bytes.resize(nbytes);
   filter_mask = 0;
-  LOOM_HDF5_CHECK(H5Dread_chunk(dataset, H5P_DEFAULT, off.data(), &filter_mask, bytes.data()), path_, ": dataset '",
-                  name, "': raw chunk at row ", offset[0]);
+  LOOM_HDF5_CHECK(H5Dread_chunk(dataset, H5P_DEFAULT, off.data(), &filter_mask, bytes.data()), path_,
+                  ": dataset '", name, "': raw chunk at row ", offset[0]);
   return true;
 }
 
 void Hdf5File::write_dataset(const std::string& name, DType dtype, const std::vector<int64_t>& dims,
                              const void* data, int64_t chunk_rows, int deflate_level) {
   Hdf5Lock lock;
-  LOOM_CHECK(deflate_level >= 0 && deflate_level <= 9, path_, ": dataset '", name, "': deflate level ", deflate_level,
-             " is not in 0..9");
+  LOOM_CHECK(deflate_level >= 0 && deflate_level <= 9, path_, ": dataset '", name, "': deflate level ",
+             deflate_level, " is not in 0..9");
   LOOM_CHECK(deflate_level == 0 || chunk_rows > 0, path_, ": dataset '", name, "': compression needs chunks");
   std::vector<hsize_t> hdims = to_hsize(dims);
-  Hdf5Handle space(LOOM_HDF5_CHECK(H5Screate_simple(static_cast<int>(hdims.size()), hdims.data(), nullptr), path_,
-                                   ": dataset '", name, "'"),
+  Hdf5Handle space(LOOM_HDF5_CHECK(H5Screate_simple(static_cast<int>(hdims.size()), hdims.data(), nullptr),
+                                   path_, ": dataset '", name, "'"),
                    H5Sclose);
   Hdf5Handle dcpl(LOOM_HDF5_CHECK(H5Pcreate(H5P_DATASET_CREATE), path_), H5Pclose);
   if (chunk_rows > 0) {
     std::vector<hsize_t> chunk = hdims;
     for (auto& c : chunk) c = std::max<hsize_t>(c, 1);  // HDF5 chunks cannot have a zero extent
     chunk[0] = std::max<hsize_t>(1, std::min<hsize_t>(static_cast<hsize_t>(chunk_rows), hdims[0]));
-    LOOM_HDF5_CHECK(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()), path_, ": dataset '", name,
-                    "'");
+    LOOM_HDF5_CHECK(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()), path_,
+                    ": dataset '", name, "'");
     if (deflate_level > 0)
-      LOOM_HDF5_CHECK(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(deflate_level)), path_, ": dataset '", name, "'");
+      LOOM_HDF5_CHECK(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(deflate_level)), path_, ": dataset '",
+                      name, "'");
   }
   const hid_t type = hdf5_native_type(dtype);
-  Hdf5Handle dataset(LOOM_HDF5_CHECK(H5Dcreate2(file_.get(), name.c_str(), type, space.get(), H5P_DEFAULT, dcpl.get(),
-                                                H5P_DEFAULT),
+  Hdf5Handle dataset(LOOM_HDF5_CHECK(H5Dcreate2(file_.get(), name.c_str(), type, space.get(), H5P_DEFAULT,
+                                                dcpl.get(), H5P_DEFAULT),
                                      path_, ": create dataset '", name, "'"),
                      H5Dclose);
   int64_t numel = 1;
   for (int64_t d : dims) numel *= d;
   if (numel > 0)
-    LOOM_HDF5_CHECK(H5Dwrite(dataset.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), path_, ": write dataset '", name,
-                    "'");
+    LOOM_HDF5_CHECK(H5Dwrite(dataset.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), path_,
+                    ": write dataset '", name, "'");
 }
 
 // ---- attributes ------------------------------------------------------------------------------
@@ -290,8 +300,8 @@ void Hdf5File::write_dataset(const std::string& name, DType dtype, const std::ve
 Hdf5Handle Hdf5File::open_owner(const std::string& owner) const {
   Hdf5Lock lock;
   LOOM_CHECK(owner == "/" || has_dataset(owner), path_, ": no dataset '", owner, "' to hold attributes");
-  return Hdf5Handle(LOOM_HDF5_CHECK(H5Oopen(file_.get(), owner.c_str(), H5P_DEFAULT), path_, ": '", owner, "'"),
-                    H5Oclose);
+  return Hdf5Handle(
+      LOOM_HDF5_CHECK(H5Oopen(file_.get(), owner.c_str(), H5P_DEFAULT), path_, ": '", owner, "'"), H5Oclose);
 }
 
 bool Hdf5File::has_attribute(const std::string& name, const std::string& owner) const {
@@ -304,8 +314,9 @@ bool Hdf5File::has_attribute(const std::string& name, const std::string& owner) 
 Hdf5Handle Hdf5File::open_attribute(const std::string& name, const std::string& owner) const {
   Hdf5Lock lock;
   Hdf5Handle obj = open_owner(owner);
-  return Hdf5Handle(LOOM_HDF5_CHECK(H5Aopen(obj.get(), name.c_str(), H5P_DEFAULT), path_, ": attribute '", name, "'"),
-                    H5Aclose);
+  return Hdf5Handle(
+      LOOM_HDF5_CHECK(H5Aopen(obj.get(), name.c_str(), H5P_DEFAULT), path_, ": attribute '", name, "'"),
+      H5Aclose);
 }
 
 std::optional<std::vector<std::string>> Hdf5File::string_list_attribute(const std::string& name,
@@ -317,10 +328,12 @@ std::optional<std::vector<std::string>> Hdf5File::string_list_attribute(const st
   LOOM_CHECK(H5Tget_class(type.get()) == H5T_STRING, path_, ": attribute '", name, "' of '", owner,
              "' should hold strings, found HDF5 type class ", static_cast<int>(H5Tget_class(type.get())));
   Hdf5Handle space(LOOM_HDF5_CHECK(H5Aget_space(attr.get()), path_, ": attribute '", name, "'"), H5Sclose);
-  const int ndims = LOOM_HDF5_CHECK(H5Sget_simple_extent_ndims(space.get()), path_, ": attribute '", name, "'");
-  LOOM_CHECK(ndims <= 1, path_, ": attribute '", name, "' should be a string or a 1-D list of strings, found ", ndims,
-             " dimensions");
-  const hssize_t n = LOOM_HDF5_CHECK(H5Sget_simple_extent_npoints(space.get()), path_, ": attribute '", name, "'");
+  const int ndims =
+      LOOM_HDF5_CHECK(H5Sget_simple_extent_ndims(space.get()), path_, ": attribute '", name, "'");
+  LOOM_CHECK(ndims <= 1, path_, ": attribute '", name,
+             "' should be a string or a 1-D list of strings, found ", ndims, " dimensions");
+  const hssize_t n =
+      LOOM_HDF5_CHECK(H5Sget_simple_extent_npoints(space.get()), path_, ": attribute '", name, "'");
   std::vector<std::string> out;
   if (n == 0) return out;
   const htri_t variable = LOOM_HDF5_CHECK(H5Tis_variable_str(type.get()), path_, ": attribute '", name, "'");
@@ -338,7 +351,8 @@ std::optional<std::vector<std::string>> Hdf5File::string_list_attribute(const st
     const H5T_str_t pad = H5Tget_strpad(type.get());
     LOOM_HDF5_CHECK(H5Tset_strpad(memtype.get(), pad), path_, ": attribute '", name, "'");
     std::vector<char> buffer(size * static_cast<size_t>(n));
-    LOOM_HDF5_CHECK(H5Aread(attr.get(), memtype.get(), buffer.data()), path_, ": read attribute '", name, "'");
+    LOOM_HDF5_CHECK(H5Aread(attr.get(), memtype.get(), buffer.data()), path_, ": read attribute '", name,
+                    "'");
     for (hssize_t i = 0; i < n; ++i) {
       std::string s(buffer.data() + i * size, size);
       s = s.substr(0, s.find('\0'));
@@ -349,11 +363,12 @@ std::optional<std::vector<std::string>> Hdf5File::string_list_attribute(const st
   return out;
 }
 
-std::optional<std::string> Hdf5File::string_attribute(const std::string& name, const std::string& owner) const {
+std::optional<std::string> Hdf5File::string_attribute(const std::string& name,
+                                                      const std::string& owner) const {
   auto list = string_list_attribute(name, owner);
   if (!list) return std::nullopt;
-  LOOM_CHECK(list->size() == 1, path_, ": attribute '", name, "' of '", owner, "' should be one string, found ",
-             list->size());
+  LOOM_CHECK(list->size() == 1, path_, ": attribute '", name, "' of '", owner,
+             "' should be one string, found ", list->size());
   return list->front();
 }
 
@@ -365,8 +380,10 @@ std::optional<int64_t> Hdf5File::int_attribute(const std::string& name, const st
   LOOM_CHECK(H5Tget_class(type.get()) == H5T_INTEGER, path_, ": attribute '", name, "' of '", owner,
              "' should be an integer");
   Hdf5Handle space(LOOM_HDF5_CHECK(H5Aget_space(attr.get()), path_, ": attribute '", name, "'"), H5Sclose);
-  const hssize_t n = LOOM_HDF5_CHECK(H5Sget_simple_extent_npoints(space.get()), path_, ": attribute '", name, "'");
-  LOOM_CHECK(n == 1, path_, ": attribute '", name, "' of '", owner, "' should be one integer, found ", n, " values");
+  const hssize_t n =
+      LOOM_HDF5_CHECK(H5Sget_simple_extent_npoints(space.get()), path_, ": attribute '", name, "'");
+  LOOM_CHECK(n == 1, path_, ": attribute '", name, "' of '", owner, "' should be one integer, found ", n,
+             " values");
   int64_t value = 0;
   LOOM_HDF5_CHECK(H5Aread(attr.get(), H5T_NATIVE_INT64, &value), path_, ": read attribute '", name, "'");
   return value;
@@ -375,13 +392,13 @@ std::optional<int64_t> Hdf5File::int_attribute(const std::string& name, const st
 namespace {
 
 // Replaces an attribute: delete, then create with the new type and shape.
-Hdf5Handle create_attribute(hid_t owner, const std::string& path, const std::string& name, hid_t type, hid_t space) {
+Hdf5Handle create_attribute(hid_t owner, const std::string& path, const std::string& name, hid_t type,
+                            hid_t space) {
   if (LOOM_HDF5_CHECK(H5Aexists(owner, name.c_str()), path, ": attribute '", name, "'") > 0)
     LOOM_HDF5_CHECK(H5Adelete(owner, name.c_str()), path, ": attribute '", name, "'");
-  return Hdf5Handle(
-      LOOM_HDF5_CHECK(H5Acreate2(owner, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), path, ": attribute '",
-                      name, "'"),
-      H5Aclose);
+  return Hdf5Handle(LOOM_HDF5_CHECK(H5Acreate2(owner, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT),
+                                    path, ": attribute '", name, "'"),
+                    H5Aclose);
 }
 
 // Variable-length UTF-8 strings: what h5py writes for a Python str.
@@ -414,7 +431,8 @@ void Hdf5File::write_attribute(const std::string& name, const std::vector<std::s
   Hdf5Handle attr = create_attribute(obj.get(), path_, name, type.get(), space.get());
   std::vector<const char*> ptrs;
   for (const auto& v : values) ptrs.push_back(v.c_str());
-  if (n > 0) LOOM_HDF5_CHECK(H5Awrite(attr.get(), type.get(), ptrs.data()), path_, ": write attribute '", name, "'");
+  if (n > 0)
+    LOOM_HDF5_CHECK(H5Awrite(attr.get(), type.get(), ptrs.data()), path_, ": write attribute '", name, "'");
 }
 
 void Hdf5File::write_attribute(const std::string& name, int64_t value, const std::string& owner) {

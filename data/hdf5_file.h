@@ -36,6 +36,12 @@ class Hdf5Handle {
   hid_t get() const { return id_; }
   bool valid() const { return id_ >= 0; }
   void reset();
+  // Gives up ownership without closing.
+  hid_t release() {
+    const hid_t id = id_;
+    id_ = -1;
+    return id;
+  }
 
  private:
   hid_t id_ = -1;
@@ -96,7 +102,8 @@ class Hdf5File {
   // Reads rows [begin, end) of an open dataset (all of the other dimensions) by hyperslab,
   // converted to `dtype` (HDF5 converts integer widths and byte order). `out` holds
   // (end - begin) * row_elements elements.
-  void read_rows(hid_t dataset, const std::string& name, int64_t begin, int64_t end, DType dtype, void* out) const;
+  void read_rows(hid_t dataset, const std::string& name, int64_t begin, int64_t end, DType dtype,
+                 void* out) const;
 
   // The stored bytes of the chunk whose first element is at `offset` (still compressed) and
   // the filter mask HDF5 stored with it (bit i set: filter i was skipped). Returns false when
@@ -118,7 +125,8 @@ class Hdf5File {
                                                                 const std::string& owner = "/") const;
   std::optional<int64_t> int_attribute(const std::string& name, const std::string& owner = "/") const;
   void write_attribute(const std::string& name, const std::string& value, const std::string& owner = "/");
-  void write_attribute(const std::string& name, const std::vector<std::string>& values, const std::string& owner = "/");
+  void write_attribute(const std::string& name, const std::vector<std::string>& values,
+                       const std::string& owner = "/");
   void write_attribute(const std::string& name, int64_t value, const std::string& owner = "/");
 
   // Flushes and closes the file (errors are reported, unlike the destructor's close).

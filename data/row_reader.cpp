@@ -18,16 +18,19 @@ constexpr size_t kHyperslabBlockBytes = size_t{1} << 20;
 
 RowReader::RowReader(std::shared_ptr<Hdf5File> file, std::string name, DType dtype, size_t cache_bytes,
                      Validator validator)
-    : file_(std::move(file)), name_(std::move(name)), dtype_(dtype), validator_(std::move(validator)),
+    : file_(std::move(file)),
+      name_(std::move(name)),
+      dtype_(dtype),
+      validator_(std::move(validator)),
       capacity_(cache_bytes) {
   dataset_ = file_->open_dataset(name_);
   info_ = file_->describe(dataset_.get(), name_);
   LOOM_CHECK(!info_.dims.empty(), file_->path(), ": dataset '", name_, "' is a scalar; expected rows");
   row_bytes_ = static_cast<size_t>(info_.row_elements()) * dtype_size(dtype_);
-  stats_.capacity_bytes = capacity_;
 
   bool whole_rows = info_.chunked;
-  for (size_t d = 1; d < info_.dims.size() && whole_rows; ++d) whole_rows = info_.chunk_dims[d] == info_.dims[d];
+  for (size_t d = 1; d < info_.dims.size() && whole_rows; ++d)
+    whole_rows = info_.chunk_dims[d] == info_.dims[d];
   raw_chunks_ = whole_rows && can_decode_filters(info_.filters) && info_.dtype() == dtype_ &&
                 info_.type_size == dtype_size(dtype_) && info_.native_byte_order;
   if (raw_chunks_) {
@@ -42,8 +45,8 @@ RowReader::RowReader(std::shared_ptr<Hdf5File> file, std::string name, DType dty
 }
 
 std::string RowReader::where(int64_t k) const {
-  return ::loom::detail::concat(file_->path(), ": dataset '", name_, "': chunk ", k, " (rows ", k * block_rows_, "..",
-                std::min(rows(), (k + 1) * block_rows_) - 1, ")");
+  return ::loom::detail::concat(file_->path(), ": dataset '", name_, "': chunk ", k, " (rows ",
+                                k * block_rows_, "..", std::min(rows(), (k + 1) * block_rows_) - 1, ")");
 }
 
 RowReader::Block RowReader::load_block(int64_t k) const {
@@ -60,8 +63,8 @@ RowReader::Block RowReader::load_block(int64_t k) const {
     // The only step under the HDF5 lock: copying the stored bytes out of the file.
     if (file_->read_raw_chunk(dataset_.get(), name_, offset, stored, mask)) {
       // A chunk is stored whole even at the end of the dataset; keep the rows that exist.
-      *data = decode_chunk(std::move(stored), info_.filters, mask, static_cast<size_t>(block_rows_) * row_bytes_,
-                           info_.type_size, where(k));
+      *data = decode_chunk(std::move(stored), info_.filters, mask,
+                           static_cast<size_t>(block_rows_) * row_bytes_, info_.type_size, where(k));
       data->resize(bytes);
       done = true;
     }
@@ -75,19 +78,20 @@ RowReader::Block RowReader::load_block(int64_t k) const {
   return data;
 }
 
-RowReader::Block RowReader::block(int64_t k) const {
-  std::unique_lock<std::mutex> lock(mutex_);
+RowReader::Block RowReader::block_slow(int64_t k) const {
+  std::unique_lock<std::shared_mutex> lock(mutex_);
   auto it = entries_.find(k);
   if (it != entries_.end()) {
-    ++stats_.hits;
-    if (it->second.ready) lru_.splice(lru_.begin(), lru_, it->second.lru);
-    std::shared_future<Block> pending = it->second.block;
+    hits_.fetch_add(1, std::memory_order_relaxed);
+    std::shared_future<Block> pending = it->second->block;
     lock.unlock();
     return pending.get();  // waits when another thread is still reading it; rethrows its error
   }
-  ++stats_.misses;
+  misses_.fetch_add(1, std::memory_order_relaxed);
   std::promise<Block> promise;
-  entries_[k].block = promise.get_future().share();
+  auto fresh = std::make_unique<Entry>();
+  fresh->block = promise.get_future().share();
+  entries_.emplace(k, std::move(fresh));
   lock.unlock();
 
   Block data;
@@ -101,34 +105,57 @@ RowReader::Block RowReader::block(int64_t k) const {
     throw;
   }
   lock.lock();
-  Entry& e = entries_[k];
+  Entry& e = *entries_.at(k);
   e.ready = true;
   e.bytes = data->size();
-  lru_.push_front(k);
-  e.lru = lru_.begin();
-  stats_.bytes += e.bytes;
-  while (stats_.bytes > capacity_ && !lru_.empty()) {
-    const int64_t victim = lru_.back();
-    lru_.pop_back();
-    stats_.bytes -= entries_[victim].bytes;
-    entries_.erase(victim);  // readers that hold the block keep it alive
-    ++stats_.evictions;
+  e.data = data->data();
+  e.last_used.store(clock_.fetch_add(1, std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  bytes_ += e.bytes;
+  ++ready_entries_;
+  while (bytes_ > capacity_ && ready_entries_ > 0) {
+    // The ready block with the oldest timestamp (blocks are large, so there are few).
+    auto victim = entries_.end();
+    for (auto c = entries_.begin(); c != entries_.end(); ++c)
+      if (c->second->ready &&
+          (victim == entries_.end() || c->second->last_used.load(std::memory_order_relaxed) <
+                                           victim->second->last_used.load(std::memory_order_relaxed)))
+        victim = c;
+    bytes_ -= victim->second->bytes;
+    --ready_entries_;
+    entries_.erase(victim);  // a thread still holding the block (through its future) keeps it alive
+    ++evictions_;
   }
   lock.unlock();
   promise.set_value(data);
   return data;
 }
 
+void RowReader::copy_rows(int64_t k, int64_t first, int64_t rows, uint8_t* dst) const {
+  const size_t offset = static_cast<size_t>(first - k * block_rows_) * row_bytes_;
+  const size_t bytes = static_cast<size_t>(rows) * row_bytes_;
+  {
+    // The hit path: a shared lock, so concurrent readers do not wait for one another.
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    auto it = entries_.find(k);
+    if (it != entries_.end() && it->second->ready) {
+      it->second->last_used.store(clock_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      std::memcpy(dst, it->second->data + offset, bytes);
+      hits_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
+  Block b = block_slow(k);
+  std::memcpy(dst, b->data() + offset, bytes);
+}
+
 void RowReader::read(int64_t begin, int64_t end, void* out) const {
-  LOOM_CHECK(0 <= begin && begin <= end && end <= rows(), file_->path(), ": dataset '", name_, "': rows [", begin, ", ",
-             end, ") out of range [0, ", rows(), ")");
+  LOOM_CHECK(0 <= begin && begin <= end && end <= rows(), file_->path(), ": dataset '", name_, "': rows [",
+             begin, ", ", end, ") out of range [0, ", rows(), ")");
   auto* dst = static_cast<uint8_t*>(out);
   for (int64_t r = begin; r < end;) {
     const int64_t k = r / block_rows_;
     const int64_t block_end = std::min(end, (k + 1) * block_rows_);
-    Block b = block(k);
-    std::memcpy(dst, b->data() + static_cast<size_t>(r - k * block_rows_) * row_bytes_,
-                static_cast<size_t>(block_end - r) * row_bytes_);
+    copy_rows(k, r, block_end - r, dst);
     dst += static_cast<size_t>(block_end - r) * row_bytes_;
     r = block_end;
   }
@@ -139,9 +166,14 @@ void RowReader::read_hyperslab(int64_t begin, int64_t end, void* out) const {
 }
 
 CacheStats RowReader::stats() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  CacheStats s = stats_;
-  s.entries = static_cast<int64_t>(lru_.size());
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  CacheStats s;
+  s.hits = hits_.load();
+  s.misses = misses_.load();
+  s.evictions = evictions_;
+  s.entries = ready_entries_;
+  s.bytes = bytes_;
+  s.capacity_bytes = capacity_;
   return s;
 }
 

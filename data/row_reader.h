@@ -11,15 +11,21 @@
  * HDF5 lock, and inflates it outside the lock, so several workers decompress in parallel.
  * Everything else reads rows by hyperslab with H5Dread, under the lock. Two threads wanting the
  * same block wait for one read rather than both reading it.
+ *
+ * The cache is read far more often than it changes, so a hit takes its lock shared and copies
+ * the rows while holding it (eviction, which takes it exclusively, cannot free them meanwhile):
+ * workers never wait for each other on hits. Recency is a timestamp per block, advanced on
+ * every miss; eviction removes the block used least recently by that measure.
  */
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <future>
-#include <list>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -61,12 +67,15 @@ class RowReader {
   using Block = std::shared_ptr<const std::vector<uint8_t>>;
   struct Entry {
     std::shared_future<Block> block;
-    bool ready = false;
+    bool ready = false;  // written under the exclusive lock
     size_t bytes = 0;
-    std::list<int64_t>::iterator lru;
+    const uint8_t* data = nullptr;  // the block's bytes, once ready
+    std::atomic<uint64_t> last_used{0};
   };
 
-  Block block(int64_t k) const;
+  // Copies `rows` rows starting at row `first` of block k to dst.
+  void copy_rows(int64_t k, int64_t first, int64_t rows, uint8_t* dst) const;
+  Block block_slow(int64_t k) const;  // the exclusive path: wait for or load block k
   Block load_block(int64_t k) const;
   std::string where(int64_t k) const;
 
@@ -81,10 +90,12 @@ class RowReader {
   Validator validator_;
 
   size_t capacity_;
-  mutable std::mutex mutex_;
-  mutable std::unordered_map<int64_t, Entry> entries_;
-  mutable std::list<int64_t> lru_;  // ready blocks, most recently used first
-  mutable CacheStats stats_;
+  mutable std::shared_mutex mutex_;
+  mutable std::unordered_map<int64_t, std::unique_ptr<Entry>> entries_;
+  mutable std::atomic<uint64_t> clock_{0};
+  mutable std::atomic<int64_t> hits_{0}, misses_{0};
+  mutable int64_t evictions_ = 0, ready_entries_ = 0;  // under the exclusive lock
+  mutable size_t bytes_ = 0;
 };
 
 }  // namespace loom::data
