@@ -17,22 +17,12 @@
 
 #include "autograd/accumulate_grad.h"
 #include "autograd/autograd_meta.h"
+#include "autograd/formulas/formulas.h"
 #include "ops/ops.h"
 
 namespace loom::autograd {
 
 namespace {
-
-// Sums a gradient with a broadcast shape down to `sizes` (leading dims, then size-1 dims).
-Tensor reduce_to(const Tensor& grad, IntArrayRef sizes) {
-  if (grad.sizes() == sizes) return grad;
-  const int64_t lead = grad.dim() - static_cast<int64_t>(sizes.size());
-  DimVector dims;
-  for (int64_t d = 0; d < grad.dim(); ++d)
-    if (d < lead || (sizes[static_cast<size_t>(d - lead)] == 1 && grad.size(d) != 1)) dims.push_back(d);
-  Tensor r = dims.empty() ? grad : sum(grad, dims, /*keepdim=*/true);
-  return r.view(sizes);
-}
 
 // Brings a formula's gradient for input i to the input's shape, dtype and device.
 Tensor validate_grad(const Node& node, size_t i, Tensor grad) {
@@ -45,7 +35,7 @@ Tensor validate_grad(const Node& node, size_t i, Tensor grad) {
     }
     LOOM_CHECK(reducible, "autograd: ", node.name(), " returned a gradient of shape ", grad.sizes(),
                " for input ", i, " of shape ", IntArrayRef(meta.sizes));
-    grad = reduce_to(grad, meta.sizes);
+    grad = sum_to(grad, meta.sizes);
   }
   if (grad.dtype() != meta.dtype) grad = grad.to(meta.dtype);
   if (grad.device() != meta.device) grad = grad.to(meta.device);

@@ -5,15 +5,8 @@ namespace loom::data {
 
 DatasetInfo read_dataset_info(const Hdf5File& file) {
   DatasetInfo info;
-  auto str = [&](const char* name, std::string& out) {
-    if (auto v = file.string_attribute(name)) out = *v;
-  };
-  str("kind", info.kind);
-  str("name", info.name);
-  str("split", info.split);
-  str("source", info.source);
-  str("license", info.license);
-  str("description", info.description);
+  for (auto [name, member] : kInfoStringFields)
+    if (auto v = file.string_attribute(name)) info.*member = *v;
   info.version = file.int_attribute("version").value_or(0);
   info.layout_version = file.int_attribute("loom_layout").value_or(0);
   if (auto v = file.string_list_attribute("class_names")) info.class_names = *v;
@@ -23,15 +16,8 @@ DatasetInfo read_dataset_info(const Hdf5File& file) {
 
 void write_dataset_info(Hdf5File& file, const DatasetInfo& info) {
   file.write_attribute("loom_layout", kLayoutVersion);
-  auto str = [&](const char* name, const std::string& value) {
-    if (!value.empty()) file.write_attribute(name, value);
-  };
-  str("kind", info.kind);
-  str("name", info.name);
-  str("split", info.split);
-  str("source", info.source);
-  str("license", info.license);
-  str("description", info.description);
+  for (auto [name, member] : kInfoStringFields)
+    if (!(info.*member).empty()) file.write_attribute(name, info.*member);
   file.write_attribute("version", info.version);
   if (!info.class_names.empty()) file.write_attribute("class_names", info.class_names);
   if (!info.vocab.empty()) file.write_attribute("vocab", info.vocab);

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/hdf5_file.h"
@@ -40,6 +41,12 @@ struct DatasetInfo {
   std::vector<std::string> class_names;
   std::vector<std::string> vocab;
 };
+
+// The string attributes: name in the file, and member.
+inline constexpr std::pair<const char*, std::string DatasetInfo::*> kInfoStringFields[] = {
+    {"kind", &DatasetInfo::kind},       {"name", &DatasetInfo::name},
+    {"split", &DatasetInfo::split},     {"source", &DatasetInfo::source},
+    {"license", &DatasetInfo::license}, {"description", &DatasetInfo::description}};
 
 // The root group's attributes (absent ones stay empty). Throws when one has the wrong type.
 DatasetInfo read_dataset_info(const Hdf5File& file);

@@ -37,20 +37,13 @@ void describe(const std::string& path) {
                 d.chunked ? ("chunks [" + chunks + "]").c_str() : "contiguous",
                 filters.empty() ? "" : (", filters: " + filters).c_str());
   }
-  auto show = [](const char* key, const std::string& value) {
-    if (!value.empty()) std::printf("  %-12s %s\n", key, value.c_str());
-  };
-  show("kind", info.kind);
-  show("name", info.name);
-  show("split", info.split);
-  show("source", info.source);
-  show("license", info.license);
-  show("description", info.description);
+  for (auto [key, member] : loom::data::kInfoStringFields)
+    if (!(info.*member).empty()) std::printf("  %-12s %s\n", key, (info.*member).c_str());
   if (info.version) std::printf("  %-12s %lld\n", "version", static_cast<long long>(info.version));
   if (!info.class_names.empty()) {
     std::string names;
     for (const auto& n : info.class_names) names += (names.empty() ? "" : ", ") + n;
-    show("class_names", names);
+    std::printf("  %-12s %s\n", "class_names", names.c_str());
   }
   if (!info.vocab.empty()) std::printf("  %-12s %zu entries\n", "vocab", info.vocab.size());
   // Open it the way training would, which runs every check on the contents.
