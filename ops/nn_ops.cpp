@@ -10,6 +10,7 @@
  */
 #include "ops/nn_ops.h"
 
+#include "ops/autograd_hook.h"
 #include "ops/copy_ops.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
@@ -31,6 +32,7 @@ Tensor softmax_forward(const Tensor& x, int64_t dim) {
   check_defined(x, name);
   check_floating(x, name);
   int64_t d = wrap_dim(dim, x.dim(), name);
+  if (should_record(x)) return recorded<op>({x}, DimAttrs{d}, [&] { return softmax_forward<op>(x, d); });
   // A 0-dim tensor is a softmax over one value.
   Tensor xc = x.dim() == 0 ? reshape(x, {1}) : contiguous(x);
   Tensor out = empty(xc.sizes(), xc.options());
@@ -48,6 +50,10 @@ Tensor softmax_backward_impl(const Tensor& grad_out, const Tensor& out, int64_t 
   LOOM_CHECK(grad_out.sizes() == out.sizes(), name, ": expected grad_out and out of the same shape, got ",
              grad_out.sizes(), " and ", out.sizes());
   int64_t d = wrap_dim(dim, out.dim(), name);
+  // Recorded without a formula: a second derivative through softmax fails clearly here.
+  if (should_record(grad_out, out))
+    return recorded<op>({grad_out, out}, DimAttrs{d},
+                        [&] { return softmax_backward_impl<op>(grad_out, out, d); });
   const bool scalar = out.dim() == 0;
   Tensor yc = scalar ? reshape(out, {1}) : contiguous(out);
   Tensor gyc = contiguous(to(scalar ? reshape(grad_out, {1}) : grad_out, out.dtype()));
@@ -59,14 +65,18 @@ Tensor softmax_backward_impl(const Tensor& grad_out, const Tensor& out, int64_t 
 // ---- nll_loss: the [N, C] / [N] form of the kernels ------------------------------------------
 
 struct NllForm {
-  Tensor logp;          // [N, C], class dim last
+  Tensor logp;          // [N, C], class dim last (undefined unless asked for)
+  int64_t rows = 0;     // N
   Tensor target;        // [N]
   DimVector out_shape;  // shape of the unreduced loss: target's shape
 };
 
 // Validates logp/target/weight and brings them to [N, C] / [N]:
 //   [C] with 0-dim target; [N, C] with [N]; [N, C, d1, ...] with [N, d1, ...] (C moved last).
-NllForm nll_form(const Tensor& logp, const Tensor& target, const Tensor& weight, std::string_view op) {
+// The backward reads only logp's shape: it passes with_logp = false, which saves the copy
+// that moving the class dim last makes of a K-dim logp.
+NllForm nll_form(const Tensor& logp, const Tensor& target, const Tensor& weight, std::string_view op,
+                 bool with_logp = true) {
   check_defined(logp, op, "input");
   check_defined(target, op, "target");
   check_floating(logp, op);
@@ -91,7 +101,10 @@ NllForm nll_form(const Tensor& logp, const Tensor& target, const Tensor& weight,
   }
   NllForm f;
   f.out_shape = expected;
-  if (logp.dim() == 1) {
+  f.rows = target.numel();
+  if (!with_logp) {
+    f.target = target.reshape({-1});
+  } else if (logp.dim() == 1) {
     f.logp = logp.unsqueeze(0);
     f.target = target.reshape({1});
   } else if (logp.dim() == 2) {
@@ -129,8 +142,18 @@ Tensor log_softmax_backward(const Tensor& grad_out, const Tensor& out, int64_t d
 
 std::tuple<Tensor, Tensor> nll_loss_forward(const Tensor& logp, const Tensor& target, const Tensor& weight,
                                             int64_t ignore_index, Reduction reduction) {
+  if (should_record(logp, weight)) {
+    std::tuple<Tensor, Tensor> result;
+    {
+      AutoGradMode below_autograd(false);
+      result = nll_loss_forward(logp, target, weight, ignore_index, reduction);
+    }
+    record<Op::nll_loss>({logp, target, weight}, {std::get<0>(result), std::get<1>(result)},
+                         NllLossAttrs{reduction, ignore_index});
+    return result;
+  }
   NllForm f = nll_form(logp, target, weight, "nll_loss");
-  const int64_t n = f.logp.sizes()[0];
+  const int64_t n = f.rows;
   Tensor out = reduction == Reduction::None ? empty({n}, logp.options()) : empty({}, logp.options());
   Tensor total_weight = empty({}, logp.options());
   get_kernel<Op::nll_loss>(logp.device())(out, total_weight, f.logp, f.target, weight_like(weight, logp),
@@ -147,8 +170,14 @@ Tensor nll_loss(const Tensor& logp, const Tensor& target, const Tensor& weight, 
 Tensor nll_loss_backward(const Tensor& grad_out, const Tensor& logp, const Tensor& target,
                          const Tensor& weight, const Tensor& total_weight, int64_t ignore_index,
                          Reduction reduction) {
+  // Recorded without a formula: a second derivative through nll_loss fails clearly here.
+  if (should_record(grad_out, logp, weight, total_weight))
+    return recorded<Op::nll_loss_backward>(
+        {grad_out, logp, target, weight, total_weight}, NllLossAttrs{reduction, ignore_index}, [&] {
+          return nll_loss_backward(grad_out, logp, target, weight, total_weight, ignore_index, reduction);
+        });
   constexpr std::string_view op = "nll_loss_backward";
-  NllForm f = nll_form(logp, target, weight, op);
+  NllForm f = nll_form(logp, target, weight, op, /*with_logp=*/false);
   check_defined(grad_out, op, "grad_out");
   check_same_device(grad_out, logp, op);
   if (reduction == Reduction::None) {
@@ -167,7 +196,8 @@ Tensor nll_loss_backward(const Tensor& grad_out, const Tensor& logp, const Tenso
   }
   Tensor go = contiguous(to(grad_out, logp.dtype()));
   go = reduction == Reduction::None ? go.reshape({-1}) : go.reshape({});
-  Tensor grad = zeros(f.logp.sizes(), logp.options());
+  const int64_t classes = logp.dim() == 1 ? logp.sizes()[0] : logp.sizes()[1];
+  Tensor grad = zeros({f.rows, classes}, logp.options());
   get_kernel<Op::nll_loss_backward>(logp.device())(grad, go, f.target, weight_like(weight, logp), tw,
                                                    reduction, ignore_index);
   if (logp.dim() <= 2) return grad.view(logp.sizes());
@@ -275,7 +305,11 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
   LOOM_CHECK(p >= 0.0 && p <= 1.0, op, ": probability has to be between 0 and 1, got ", p);
   if (!training || p == 0.0) return x;
   check_floating(x, op);
-  if (p == 1.0) return zeros_like(x);
+  if (p == 1.0) {
+    // All dropped; in the graph as where(true, 0, x), so that x still gets its (zero) gradient.
+    if (should_record(x)) return masked_fill(x, ones(x.sizes(), x.options().dtype(kBool)), 0);
+    return zeros_like(x);
+  }
   Tensor mask = empty(x.sizes(), x.options());
   bernoulli_(mask, 1.0 - p, generator);  // 1 = keep, with probability 1 - p
   return mul(x, mul(mask, 1.0 / (1.0 - p)));

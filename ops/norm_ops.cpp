@@ -11,6 +11,7 @@
 #include <sstream>
 #include <utility>
 
+#include "ops/autograd_hook.h"
 #include "ops/copy_ops.h"
 #include "ops/dispatch.h"
 #include "ops/factories.h"
@@ -39,6 +40,14 @@ void check_param(const Tensor& p, const Tensor& x, IntArrayRef expected, std::st
 // The parameter as the kernels want it: contiguous, in the stats dtype.
 Tensor as_stats(const Tensor& p, DType dtype) {
   return p.defined() ? contiguous(to(p, dtype)) : Tensor();
+}
+
+// The statistics returned next to a recorded output: the same data without gradient history.
+// They are saved for the backward, which reads them as constants: a gradient reaching them
+// would be ignored, so they are returned as tensors that cannot be differentiated through.
+Tensor without_history(const Tensor& t) {
+  return Tensor(make_tensor_impl(t.storage(), DimVector(t.sizes()), DimVector(t.strides()),
+                                 t.storage_offset(), t.dtype()));
 }
 
 // [N, C, *] input checks shared by batch_norm forward and backward.
@@ -72,6 +81,17 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_forward(const Tensor& x, const Ten
                                                       const Tensor& bias, const Tensor& running_mean,
                                                       const Tensor& running_var, bool training,
                                                       double momentum, double eps) {
+  // Running statistics are buffers, not inputs: no gradient reaches them.
+  if (should_record(x, weight, bias)) {
+    Tensor out, save_mean, save_invstd;
+    {
+      AutoGradMode below_autograd(false);
+      std::tie(out, save_mean, save_invstd) =
+          batch_norm_forward(x, weight, bias, running_mean, running_var, training, momentum, eps);
+    }
+    record<Op::batch_norm>({x, weight, bias}, {out, save_mean, save_invstd}, BatchNormAttrs{training, eps});
+    return {out, without_history(save_mean), without_history(save_invstd)};
+  }
   constexpr std::string_view op = "batch_norm";
   check_batch_norm_input(x, op);
   const int64_t channels = x.sizes()[1];
@@ -111,6 +131,21 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
 std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& grad_out, const Tensor& x,
                                                        const Tensor& weight, const Tensor& save_mean,
                                                        const Tensor& save_invstd) {
+  // Recorded without a formula: a second derivative through batch_norm fails clearly here.
+  if (should_record(grad_out, x, weight, save_mean, save_invstd)) {
+    std::tuple<Tensor, Tensor, Tensor> grads;
+    {
+      AutoGradMode below_autograd(false);
+      grads = batch_norm_backward(grad_out, x, weight, save_mean, save_invstd);
+    }
+    auto& [grad_input, grad_weight, grad_bias] = grads;
+    if (weight.defined())
+      record<Op::batch_norm_backward>({grad_out, x, weight, save_mean, save_invstd},
+                                      {grad_input, grad_weight, grad_bias}, NoAttrs{});
+    else  // no parameter gradients
+      record<Op::batch_norm_backward>({grad_out, x, weight, save_mean, save_invstd}, {grad_input}, NoAttrs{});
+    return grads;
+  }
   constexpr std::string_view op = "batch_norm_backward";
   check_batch_norm_input(x, op);
   check_defined(grad_out, op, "grad_out");
@@ -143,6 +178,16 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& grad_out, c
 
 std::tuple<Tensor, Tensor, Tensor> layer_norm_forward(const Tensor& x, IntArrayRef normalized_shape,
                                                       const Tensor& weight, const Tensor& bias, double eps) {
+  if (should_record(x, weight, bias)) {
+    Tensor out, mean, rstd;
+    {
+      AutoGradMode below_autograd(false);
+      std::tie(out, mean, rstd) = layer_norm_forward(x, normalized_shape, weight, bias, eps);
+    }
+    record<Op::layer_norm>({x, weight, bias}, {out, mean, rstd},
+                           LayerNormAttrs{DimVector(normalized_shape), eps});
+    return {out, without_history(mean), without_history(rstd)};
+  }
   constexpr std::string_view op = "layer_norm";
   check_defined(x, op);
   check_floating(x, op);
@@ -174,6 +219,18 @@ Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& w
 std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& grad_out, const Tensor& x,
                                                        IntArrayRef normalized_shape, const Tensor& mean,
                                                        const Tensor& rstd, const Tensor& weight) {
+  // Recorded without a formula: a second derivative through layer_norm fails clearly here.
+  if (should_record(grad_out, x, mean, rstd, weight)) {
+    std::tuple<Tensor, Tensor, Tensor> grads;
+    {
+      AutoGradMode below_autograd(false);
+      grads = layer_norm_backward(grad_out, x, normalized_shape, mean, rstd, weight);
+    }
+    auto& [grad_input, grad_weight, grad_bias] = grads;
+    record<Op::layer_norm_backward>({grad_out, x, mean, rstd, weight}, {grad_input, grad_weight, grad_bias},
+                                    LayerNormAttrs{DimVector(normalized_shape), /*eps: unused here*/ 0.0});
+    return grads;
+  }
   constexpr std::string_view op = "layer_norm_backward";
   check_defined(x, op);
   check_floating(x, op);

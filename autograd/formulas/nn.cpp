@@ -62,8 +62,8 @@ void register_nn_formulas() {
         const NllLossAttrs& a = c.attrs();
         return Grads{if_needed(c.needs_grad(0),
                                [&] {
-                                 return nll_loss_backward(g[0], c.input(0), c.input(1), c.input(2), c.output(1),
-                                                          a.ignore_index, a.reduction);
+                                 return nll_loss_backward(g[0], c.input(0), c.input(1), c.input(2),
+                                                          c.output(1), a.ignore_index, a.reduction);
                                }),
                      Tensor(), if_needed(c.needs_grad(2), [&] { return nll_loss_weight_grad(c, g); })};
       });

@@ -59,8 +59,8 @@ void register_norm_formulas() {
 
   define_formula<Op::layer_norm>(
       Save{.inputs = 0b011, .outputs = 0b110}, [](const GradContext<LayerNormAttrs>& c, const Grads& g) {
-        auto [gx, gw, gb] =
-            layer_norm_backward(g[0], c.input(0), c.attrs().normalized_shape, c.output(1), c.output(2), c.input(1));
+        auto [gx, gw, gb] = layer_norm_backward(g[0], c.input(0), c.attrs().normalized_shape, c.output(1),
+                                                c.output(2), c.input(1));
         return Grads{c.needs_grad(0) ? gx : Tensor(), c.needs_grad(1) ? gw : Tensor(),
                      c.needs_grad(2) ? gb : Tensor()};
       });
