@@ -16,7 +16,8 @@ namespace loom {
 //   running = (1 - momentum) * running + momentum * batch_stat  (unbiased var)
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                   const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
-// out, save_mean, save_invstd (the stats backward needs; running stats in eval)
+// out, save_mean, save_invstd (the stats backward needs; running stats in eval). Under autograd
+// only out has history: the statistics are constants to the graph (they never require grad).
 std::tuple<Tensor, Tensor, Tensor> batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                                       const Tensor& running_mean, const Tensor& running_var,
                                                       bool training, double momentum, double eps);
@@ -27,7 +28,7 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& grad_out, c
 
 Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight = {},
                   const Tensor& bias = {}, double eps = 1e-5);
-// out, mean, rstd (mean/rstd shaped like x's leading dims)
+// out, mean, rstd (mean/rstd shaped like x's leading dims; without history under autograd)
 std::tuple<Tensor, Tensor, Tensor> layer_norm_forward(const Tensor& x, IntArrayRef normalized_shape,
                                                       const Tensor& weight, const Tensor& bias, double eps);
 std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& grad_out, const Tensor& x,
