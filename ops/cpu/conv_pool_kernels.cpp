@@ -261,19 +261,15 @@ void onednn_conv_forward(const Tensor& out, const Tensor& x, const Tensor& w, co
     return c;
   });
 
-  Tensor x_buf, w_buf, y_buf;
+  Tensor x_buf, w_buf;
   std::unordered_map<int, memory> args;
   args[DNNL_ARG_SRC] = dn::wrap(e->x_md, reordered_activation(e->x_in, x, x_buf, false, true));
   args[DNNL_ARG_WEIGHTS] = dn::wrap(e->w_md, dn::reordered(e->w_in, w.data_ptr(), w_buf));
   if (bias.defined()) args[DNNL_ARG_BIAS] = dn::wrap(e->bias_md, bias);
-  void* y = out.data_ptr();
-  if (e->y_out.needed) {
-    y_buf = dn::scratch_bytes(e->y_md.get_size());
-    y = y_buf.data_ptr();
-  }
-  args[DNNL_ARG_DST] = dn::wrap(e->y_md, y);
+  dn::ReorderedOutput y(e->y_out, out.data_ptr());
+  args[DNNL_ARG_DST] = dn::wrap(e->y_md, y.data());
   dn::execute(e->prim, args, e->scratch_md);
-  if (e->y_out.needed) dn::run_reorder(e->y_out, y, out.data_ptr());
+  y.finish();
 }
 
 // ---- backward data ----------------------------------------------------------------------------
@@ -313,18 +309,14 @@ void onednn_conv_backward_data(const Tensor& grad_input, const Tensor& grad_out,
     return c;
   });
 
-  Tensor gy_buf, w_buf, gx_buf;
+  Tensor gy_buf, w_buf;
   std::unordered_map<int, memory> args;
   args[DNNL_ARG_DIFF_DST] = dn::wrap(e->gy_md, reordered_activation(e->gy_in, grad_out, gy_buf, false, true));
   args[DNNL_ARG_WEIGHTS] = dn::wrap(e->w_md, dn::reordered(e->w_in, w.data_ptr(), w_buf));
-  void* gx = grad_input.data_ptr();
-  if (e->gx_out.needed) {
-    gx_buf = dn::scratch_bytes(e->gx_md.get_size());
-    gx = gx_buf.data_ptr();
-  }
-  args[DNNL_ARG_DIFF_SRC] = dn::wrap(e->gx_md, gx);
+  dn::ReorderedOutput gx(e->gx_out, grad_input.data_ptr());
+  args[DNNL_ARG_DIFF_SRC] = dn::wrap(e->gx_md, gx.data());
   dn::execute(e->prim, args, e->scratch_md);
-  if (e->gx_out.needed) dn::run_reorder(e->gx_out, gx, grad_input.data_ptr());
+  gx.finish();
 }
 
 // ---- backward weights -------------------------------------------------------------------------
@@ -387,28 +379,18 @@ void onednn_conv_backward_weights(const Tensor& grad_weight, const Tensor& grad_
     return c;
   });
 
-  Tensor x_buf, gy_buf, gw_buf, gb_buf;
+  Tensor x_buf, gy_buf;
   std::unordered_map<int, memory> args;
   args[DNNL_ARG_SRC] = dn::wrap(e->x_md, reordered_activation(e->x_in, x, x_buf, true, false));
   args[DNNL_ARG_DIFF_DST] = dn::wrap(e->gy_md, reordered_activation(e->gy_in, grad_out, gy_buf, true, false));
-  void* gw = grad_weight.data_ptr();
-  if (e->gw_out.needed) {
-    gw_buf = dn::scratch_bytes(e->gw_md.get_size());
-    gw = gw_buf.data_ptr();
-  }
-  args[DNNL_ARG_DIFF_WEIGHTS] = dn::wrap(e->gw_md, gw);
-  void* gb = nullptr;
-  if (grad_bias.defined()) {
-    gb = grad_bias.data_ptr();
-    if (e->gb_out.needed) {
-      gb_buf = dn::scratch_bytes(e->gb_md.get_size());
-      gb = gb_buf.data_ptr();
-    }
-    args[DNNL_ARG_DIFF_BIAS] = dn::wrap(e->gb_md, gb);
-  }
+  dn::ReorderedOutput gw(e->gw_out, grad_weight.data_ptr());
+  args[DNNL_ARG_DIFF_WEIGHTS] = dn::wrap(e->gw_md, gw.data());
+  // Without a bias, gb_out is the empty (not needed) reorder and gb stays unused.
+  dn::ReorderedOutput gb(e->gb_out, grad_bias.defined() ? grad_bias.data_ptr() : nullptr);
+  if (grad_bias.defined()) args[DNNL_ARG_DIFF_BIAS] = dn::wrap(e->gb_md, gb.data());
   dn::execute(e->prim, args, e->scratch_md);
-  if (e->gw_out.needed) dn::run_reorder(e->gw_out, gw, grad_weight.data_ptr());
-  if (grad_bias.defined() && e->gb_out.needed) dn::run_reorder(e->gb_out, gb, grad_bias.data_ptr());
+  gw.finish();
+  gb.finish();
 }
 
 // ---- few input channels (first layers): backward data as a GEMM + col2im ------------------------

@@ -108,4 +108,15 @@ void* reordered(const Reorder& r, const void* data, Tensor& holder) {
   return holder.data_ptr();
 }
 
+ReorderedOutput::ReorderedOutput(const Reorder& r, void* user) : reorder_(r), user_(user), data_(user) {
+  if (r.needed) {
+    buffer_ = scratch_bytes(r.from.get_size());
+    data_ = buffer_.data_ptr();
+  }
+}
+
+void ReorderedOutput::finish() const {
+  if (reorder_.needed) run_reorder(reorder_, data_, user_);
+}
+
 }  // namespace loom::cpu::onednn

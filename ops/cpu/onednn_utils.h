@@ -151,4 +151,20 @@ void run_reorder(const Reorder& r, const void* src, void* dst);
 // Loom's allocator (kept alive by `holder`) holding the converted copy.
 void* reordered(const Reorder& r, const void* data, Tensor& holder);
 
+// Where a primitive writes an output that r converts (r.from: the primitive's layout) into the
+// user's memory: the user's memory itself when no reorder is needed, else a scratch buffer
+// that finish() reorders into it once the primitive has run.
+class ReorderedOutput {
+ public:
+  ReorderedOutput(const Reorder& r, void* user);
+  void* data() const { return data_; }
+  void finish() const;
+
+ private:
+  const Reorder& reorder_;
+  void* user_;
+  Tensor buffer_;
+  void* data_;
+};
+
 }  // namespace loom::cpu::onednn
