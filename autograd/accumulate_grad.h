@@ -13,7 +13,7 @@ class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(Tensor leaf);
   std::string name() const override { return "AccumulateGrad"; }
-  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override;
+  Grads apply(Grads&& grads) override;
   const Tensor& leaf() const { return leaf_; }
 
   // The gradient after the leaf's hooks (what autograd::grad returns for a leaf input).

@@ -61,7 +61,7 @@ Tensor AccumulateGrad::run_leaf_hooks(Tensor grad) const {
   return grad;
 }
 
-std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
+Grads AccumulateGrad::apply(Grads&& grads) {
   Tensor grad = run_leaf_hooks(std::move(grads[0]));
   AutogradMeta& meta = materialize_meta(leaf_);
   if (!meta.grad_.defined()) {

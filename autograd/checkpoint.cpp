@@ -34,7 +34,7 @@ class CheckpointNode final : public Node {
       if (s.data().defined()) out.push_back(s.data());
   }
 
-  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+  Grads apply(Grads&& grads) override {
     // Fresh leaves holding the saved inputs: the recomputed graph starts at them.
     std::vector<Tensor> inputs;
     for (size_t i = 0; i < saved_.size(); ++i) {
@@ -70,7 +70,7 @@ class CheckpointNode final : public Node {
       root_grads.push_back(grads[i]);
     }
     if (!roots.empty()) backward(roots, root_grads, /*retain_graph=*/false, /*create_graph=*/GradMode::is_enabled());
-    std::vector<Tensor> input_grads;
+    Grads input_grads;
     for (const Tensor& x : inputs) input_grads.push_back(x.defined() && x.requires_grad() ? x.grad() : Tensor());
     return input_grads;
   }

@@ -51,7 +51,7 @@ class GraphTask {
   struct NodeState {
     int dependencies = 0;
     bool queued = false;
-    PoolVector<Tensor> buffer;
+    Grads buffer;
   };
 
  public:
@@ -71,7 +71,7 @@ class GraphTask {
     while (!ready.empty()) {
       Node* node = ready.top();
       ready.pop();
-      std::vector<Tensor> outputs = evaluate(*node);
+      Grads outputs = evaluate(*node);
       for (size_t i = 0; i < node->num_inputs(); ++i) {
         const Edge& next = node->next_edge(i);
         if (!next.valid()) continue;
@@ -139,7 +139,7 @@ class GraphTask {
   }
 
   void add_grad(const Edge& edge, Tensor grad) {
-    PoolVector<Tensor>& buffer = state_[edge.node.get()].buffer;
+    Grads& buffer = state_[edge.node.get()].buffer;
     if (buffer.empty()) buffer.resize(edge.node->output_meta().size());
     Tensor& slot = buffer[edge.input_nr];
     // Out of place: the incoming gradient may alias tensors that others still read.
@@ -147,9 +147,8 @@ class GraphTask {
   }
 
   // Runs one node: its hooks, the captures, its formula. Returns the gradients for its inputs.
-  std::vector<Tensor> evaluate(Node& node) {
-    PoolVector<Tensor> buffer = std::move(state_[&node].buffer);
-    std::vector<Tensor> grads(std::make_move_iterator(buffer.begin()), std::make_move_iterator(buffer.end()));
+  Grads evaluate(Node& node) {
+    Grads grads = std::move(state_[&node].buffer);
     grads.resize(node.output_meta().size());
     AutoGradMode mode(create_graph_);
     if (node.has_pre_hooks())
@@ -173,7 +172,7 @@ class GraphTask {
       const TensorMeta& m = node.output_meta()[i];
       grads[i] = zeros(m.sizes, TensorOptions(m.dtype).device(m.device));
     }
-    std::vector<Tensor> outputs = node.apply(std::move(grads));
+    Grads outputs = node.apply(std::move(grads));
     if (!keep_graph_) node.release_saved();
     return outputs;
   }

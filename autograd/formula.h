@@ -28,8 +28,6 @@
 
 namespace loom::autograd {
 
-using Grads = std::vector<Tensor>;
-
 // Which inputs and outputs a formula reads (bit i = input/output i); nothing else is kept
 // alive by the graph.
 struct Save {
@@ -85,7 +83,7 @@ template <class Attrs>
 class OpNode final : public OpNodeBase {
  public:
   OpNode(Op op, const Attrs& attrs, Formula<Attrs> formula) : OpNodeBase(op), attrs_(attrs), formula_(formula) {}
-  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override { return formula_(GradContext<Attrs>(*this), grads); }
+  Grads apply(Grads&& grads) override { return formula_(GradContext<Attrs>(*this), grads); }
   const Attrs& attrs() const { return attrs_; }
 
  private:

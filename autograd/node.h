@@ -49,6 +49,9 @@ using GradHook = std::function<Tensor(const Tensor&)>;
 template <class T>
 using PoolVector = std::vector<T, PoolAllocator<T>>;
 
+// Gradients flowing through a node: one per forward output in, one per forward input out.
+using Grads = PoolVector<Tensor>;
+
 class Node : public std::enable_shared_from_this<Node> {
  public:
   Node();
@@ -59,7 +62,7 @@ class Node : public std::enable_shared_from_this<Node> {
   // "MulBackward0"-style name, shown in errors and graph dumps.
   virtual std::string name() const = 0;
   // grads: one per forward output (defined; zeros were filled in where none arrived).
-  virtual std::vector<Tensor> apply(std::vector<Tensor>&& grads) = 0;
+  virtual Grads apply(Grads&& grads) = 0;
   // Drops saved tensors once backward has used them (unless retain_graph).
   virtual void release_saved() {}
   // The tensors it saved for backward (for memory accounting; empty once released).

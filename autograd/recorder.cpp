@@ -26,7 +26,7 @@ namespace {
 class NotDifferentiable final : public OpNodeBase {
  public:
   using OpNodeBase::OpNodeBase;
-  std::vector<Tensor> apply(std::vector<Tensor>&&) override {
+  Grads apply(Grads&&) override {
     LOOM_FAIL("autograd: the derivative of ", op_name(op()), " is not implemented (it was reached in backward, "
               "e.g. by a second derivative through it or by a gradient flowing into its inputs)");
   }
@@ -84,7 +84,7 @@ class CopySlices final : public Node {
         storage_numel_(static_cast<int64_t>(base.storage()->nbytes() / base.element_size())) {}
   std::string name() const override { return "CopySlices"; }
 
-  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+  Grads apply(Grads&& grads) override {
     // The base's gradient laid out like the base in a buffer as large as its storage, so that
     // the view's geometry (storage offsets and strides) addresses the same elements in it.
     Tensor buffer = zeros({storage_numel_}, TensorOptions(grads[0].dtype()).device(grads[0].device()));

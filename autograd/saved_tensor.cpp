@@ -5,20 +5,12 @@
 
 namespace loom::autograd {
 
-namespace {
-// The same data and geometry in a new TensorImpl without autograd state (not a view: it must
-// not pull the base's history in).
-Tensor alias_without_history(const Tensor& t) {
-  return Tensor(make_tensor_impl(t.storage(), DimVector(t.sizes()), DimVector(t.strides()),
-                                             t.storage_offset(), t.dtype()));
-}
-}  // namespace
 
 SavedTensor::SavedTensor(const Tensor& t, bool is_output) : is_output_(is_output), was_defined_(t.defined()) {
   if (!was_defined_) return;
   saved_version_ = t.version();
   if (is_output) {
-    data_ = alias_without_history(t);
+    data_ = alias(t);
     if (AutogradMeta* meta = meta_of(t)) {
       grad_fn_ = meta->grad_fn_;
       output_nr_ = meta->output_nr_;
@@ -41,7 +33,7 @@ Tensor SavedTensor::unpack(const Node& owner) const {
   std::shared_ptr<Node> grad_fn = grad_fn_.lock();
   if (!grad_fn || !GradMode::is_enabled()) return data_;
   // Under create_graph the output must be connected to its node again.
-  Tensor restored = alias_without_history(data_);
+  Tensor restored = alias(data_);
   set_history(restored, std::move(grad_fn), output_nr_);
   return restored;
 }

@@ -47,8 +47,7 @@ uint32_t Tensor::output_nr() const {
 
 Tensor Tensor::detach() const {
   LOOM_CHECK(defined(), "detach: undefined tensor");
-  return Tensor(make_tensor_impl(storage(), DimVector(sizes()), DimVector(strides()), storage_offset(),
-                                             dtype()));
+  return alias(*this);
 }
 
 Tensor& Tensor::detach_() {

@@ -75,6 +75,11 @@ Tensor from_blob(void* data, IntArrayRef sizes, TensorOptions options, std::func
   return from_blob(data, sizes, contiguous_strides(sizes), options, std::move(deleter));
 }
 
+Tensor alias(const Tensor& t) {
+  return Tensor(make_tensor_impl(t.storage(), DimVector(t.sizes()), DimVector(t.strides()), t.storage_offset(),
+                                 t.dtype()));
+}
+
 Tensor make_view(const Tensor& base, IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset) {
   auto impl = make_tensor_impl(base.storage(), DimVector(sizes), DimVector(strides), storage_offset,
                                            base.dtype());

@@ -355,6 +355,9 @@ Tensor from_blob(void* data, IntArrayRef sizes, TensorOptions options = {},
                  std::function<void(void*)> deleter = {});
 Tensor from_blob(void* data, IntArrayRef sizes, IntArrayRef strides, TensorOptions options = {},
                  std::function<void(void*)> deleter = {});
+// The same data and geometry in a new handle with no autograd state and no view link: what
+// detach() returns, and how autograd keeps a tensor without pulling its history in.
+Tensor alias(const Tensor& t);
 // A view of `base`'s storage with the given geometry (no bounds check beyond the storage).
 Tensor make_view(const Tensor& base, IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset);
 

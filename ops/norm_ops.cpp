@@ -42,14 +42,6 @@ Tensor as_stats(const Tensor& p, DType dtype) {
   return p.defined() ? contiguous(to(p, dtype)) : Tensor();
 }
 
-// The statistics returned next to a recorded output: the same data without gradient history.
-// They are saved for the backward, which reads them as constants: a gradient reaching them
-// would be ignored, so they are returned as tensors that cannot be differentiated through.
-Tensor without_history(const Tensor& t) {
-  return Tensor(make_tensor_impl(t.storage(), DimVector(t.sizes()), DimVector(t.strides()),
-                                 t.storage_offset(), t.dtype()));
-}
-
 // [N, C, *] input checks shared by batch_norm forward and backward.
 void check_batch_norm_input(const Tensor& x, std::string_view op) {
   check_defined(x, op);
@@ -90,7 +82,9 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_forward(const Tensor& x, const Ten
           batch_norm_forward(x, weight, bias, running_mean, running_var, training, momentum, eps);
     }
     record<Op::batch_norm>({x, weight, bias}, {out, save_mean, save_invstd}, BatchNormAttrs{training, eps});
-    return {out, without_history(save_mean), without_history(save_invstd)};
+    // The statistics are constants to the backward: handed out without history (alias), a
+    // gradient sent into them cannot be silently dropped.
+    return {out, alias(save_mean), alias(save_invstd)};
   }
   constexpr std::string_view op = "batch_norm";
   check_batch_norm_input(x, op);
@@ -186,7 +180,7 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_forward(const Tensor& x, IntArrayR
     }
     record<Op::layer_norm>({x, weight, bias}, {out, mean, rstd},
                            LayerNormAttrs{DimVector(normalized_shape), eps});
-    return {out, without_history(mean), without_history(rstd)};
+    return {out, alias(mean), alias(rstd)};  // constants to the backward, as in batch_norm
   }
   constexpr std::string_view op = "layer_norm";
   check_defined(x, op);
