@@ -170,16 +170,26 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::ar
   return out;
 }
 
+namespace {
+// What both conv backward ops check first: grad_out and `other` (the weight or the input) are
+// conv tensors with one device and dtype, `sizes` is a 4-D shape, the params are valid.
+void check_conv_backward_args(const Tensor& grad_out, const Tensor& other, std::string_view other_name,
+                              IntArrayRef sizes, std::string_view sizes_name, const Conv2dParams& params,
+                              std::string_view op) {
+  check_conv_tensor(grad_out, op, "grad_out");
+  check_conv_tensor(other, op, other_name);
+  check_same_device(grad_out, other, op);
+  LOOM_CHECK(grad_out.dtype() == other.dtype(), op, ": grad_out dtype ", grad_out.dtype(), " differs from ",
+             other_name, " dtype ", other.dtype());
+  check_sizes_4d(sizes, op, sizes_name);
+  check_conv_params(params, op);
+}
+}  // namespace
+
 Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, IntArrayRef input_sizes,
                              const Conv2dParams& params) {
   constexpr std::string_view op = "conv2d_backward_input";
-  check_conv_tensor(grad_out, op, "grad_out");
-  check_conv_tensor(weight, op, "weight");
-  check_same_device(grad_out, weight, op);
-  LOOM_CHECK(grad_out.dtype() == weight.dtype(), op, ": grad_out dtype ", grad_out.dtype(),
-             " differs from weight dtype ", weight.dtype());
-  check_sizes_4d(input_sizes, op, "input_sizes");
-  check_conv_params(params, op);
+  check_conv_backward_args(grad_out, weight, "weight", input_sizes, "input_sizes", params, op);
   check_grad_shape(grad_out, conv_output_shape(input_sizes, weight.sizes(), params, op), op);
   if (should_record(grad_out, weight))
     return recorded<Op::conv2d_backward_input>({grad_out, weight}, params, [&] {
@@ -201,13 +211,7 @@ std::tuple<Tensor, Tensor> conv2d_backward_weight(const Tensor& grad_out, const 
                                                   IntArrayRef weight_sizes, bool with_bias,
                                                   const Conv2dParams& params) {
   constexpr std::string_view op = "conv2d_backward_weight";
-  check_conv_tensor(grad_out, op, "grad_out");
-  check_conv_tensor(x, op, "input");
-  check_same_device(grad_out, x, op);
-  LOOM_CHECK(grad_out.dtype() == x.dtype(), op, ": grad_out dtype ", grad_out.dtype(),
-             " differs from input dtype ", x.dtype());
-  check_sizes_4d(weight_sizes, op, "weight_sizes");
-  check_conv_params(params, op);
+  check_conv_backward_args(grad_out, x, "input", weight_sizes, "weight_sizes", params, op);
   check_grad_shape(grad_out, conv_output_shape(x.sizes(), weight_sizes, params, op), op);
   if (should_record(grad_out, x)) {
     std::tuple<Tensor, Tensor> grads;
