@@ -21,6 +21,12 @@ void TensorImpl::set_geometry(DimVector sizes, DimVector strides, int64_t storag
   refresh();
 }
 
+void TensorImpl::set_data(const TensorImpl& other) {
+  storage_ = other.storage_;
+  dtype_ = other.dtype_;
+  set_geometry(other.sizes_, other.strides_, other.storage_offset_);
+}
+
 void TensorImpl::refresh() {
   numel_ = shape_numel(sizes_);
   // Contiguous = row-major order; dims of size 1 may have any stride (as in PyTorch).

@@ -57,6 +57,10 @@ class TensorImpl {
 
   // Re-points this impl at new geometry over the same storage (used by in-place resizes).
   void set_geometry(DimVector sizes, DimVector strides, int64_t storage_offset);
+  // Takes over other's storage, geometry and dtype, keeping this impl's identity and autograd
+  // state (torch's set_data): Module::to() converts parameters without breaking the handles
+  // that layers and optimizers hold.
+  void set_data(const TensorImpl& other);
 
   AutogradMetaInterface* autograd_meta() const { return autograd_meta_.get(); }
   void set_autograd_meta(std::unique_ptr<AutogradMetaInterface> meta) { autograd_meta_ = std::move(meta); }
@@ -285,6 +289,9 @@ class Tensor {
   // The same data, cut out of the graph (never requires grad); shares storage and version.
   Tensor detach() const;
   Tensor& detach_();
+  // Makes this handle (and every copy of it) refer to `data`'s storage, shape and dtype while
+  // keeping its identity, requires_grad and grad (torch's `param.data = data`). Not recorded.
+  void set_data(const Tensor& data) const { const_cast<TensorImpl&>(checked()).set_data(data.checked()); }
   // Backpropagates from this tensor: d(this)/d(leaf) accumulated into every leaf's grad().
   // gradient: d(loss)/d(this), required unless this has one element. The graph is freed
   // unless retain_graph; create_graph records the backward itself (for higher derivatives).

@@ -1,0 +1,78 @@
+/*
+ * The optimizer interface shared by SGD, Adam and AdamW, the LR schedules and the GradScaler.
+ *
+ * As in torch.optim, parameters come in groups, each with its own hyper-parameters ("lr",
+ * "weight_decay", "momentum", "beta1", ...). A group names only what it overrides; the rest
+ * comes from the optimizer's defaults when the group is added. Schedules change group.lr().
+ *
+ *   nn::AdamW opt({{model.decay_params(), {{"weight_decay", 0.1}}},
+ *                  {model.no_decay_params(), {{"weight_decay", 0.0}}}},
+ *                 {.lr = 3e-4});
+ */
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "nn/state_dict.h"
+
+namespace loom::nn {
+
+struct ParamGroup {
+  std::vector<Tensor> params;
+  std::map<std::string, double> options;
+
+  ParamGroup() = default;
+  ParamGroup(std::vector<Tensor> params, std::map<std::string, double> options = {})
+      : params(std::move(params)), options(std::move(options)) {}
+
+  // Throws naming the option if the group has no such hyper-parameter.
+  double& option(const std::string& name);
+  double option(const std::string& name) const;
+  double& lr() { return option("lr"); }
+  double lr() const { return option("lr"); }
+};
+
+class Optimizer {
+ public:
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+  virtual ~Optimizer() = default;
+
+  // One update of every parameter that has a gradient (parameters without one are skipped,
+  // as in torch).
+  virtual void step() = 0;
+  // Drops (set_to_none) or zeroes the gradients of every parameter of every group.
+  void zero_grad(bool set_to_none = true);
+
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  // Fills the options the group does not set from the defaults; throws if a parameter is
+  // already in another group or an option is unknown to this optimizer.
+  void add_param_group(ParamGroup group);
+
+  // Per-parameter state (momentum buffers, Adam moments, step counts) and every group's
+  // hyper-parameters, as tensors, so that a checkpoint stores them with the model's tensors.
+  // Keys: "state.<param index>.<name>" (index in the order of param_groups) and
+  // "param_groups.<group index>.<option>" (0-dim float64).
+  StateDict state_dict() const;
+  // Restores what state_dict() returned; throws if the groups' sizes or the state's shapes do
+  // not match this optimizer's parameters.
+  void load_state_dict(const StateDict& state);
+
+ protected:
+  Optimizer(std::vector<ParamGroup> groups, std::map<std::string, double> defaults);
+
+  // The state of one parameter, created on its first step: name -> tensor.
+  using ParamState = std::map<std::string, Tensor>;
+  ParamState& state_of(const Tensor& param);
+
+ private:
+  std::vector<ParamGroup> groups_;
+  std::map<std::string, double> defaults_;
+  std::map<const TensorImpl*, ParamState> state_;
+};
+
+}  // namespace loom::nn
