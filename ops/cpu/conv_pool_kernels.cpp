@@ -832,37 +832,109 @@ void for_planes(int64_t planes, int64_t work, const Body& body) {
   parallel_for(0, planes, grain, body);
 }
 
+// The most common pooling (2x2, stride 2, no padding, contiguous planes): each output reads two
+// pairs of neighbours, a pattern the compiler vectorises with even/odd shuffles.
+template <class T, class I>
+bool is_plain_2x2(const Pool2dParams& p, const Plane<const T>& in, const Plane<T>& out, const Plane<I>& idx,
+                  int64_t W) {
+  return p.kernel[0] == 2 && p.kernel[1] == 2 && p.stride[0] == 2 && p.stride[1] == 2 && p.padding[0] == 0 &&
+         p.padding[1] == 0 && p.dilation[0] == 1 && p.dilation[1] == 1 && in.sw == 1 && in.sh == W &&
+         out.sw == 1 && idx.sw == 1;
+}
+
+template <class T>
+void max_pool_2x2(const T* __restrict in, T* __restrict out, int64_t* __restrict index, int64_t W, int64_t Ho,
+                  int64_t Wo) {
+  using M = opmath_t<T>;
+  for (int64_t oh = 0; oh < Ho; ++oh) {
+    const T* r0 = in + 2 * oh * W;
+    const T* r1 = r0 + W;
+    T* o = out + oh * Wo;
+    int64_t* ix = index + oh * Wo;
+    const int64_t base = 2 * oh * W;
+    for (int64_t ow = 0; ow < Wo; ++ow) {
+      // Window order (0,0), (0,1), (1,0), (1,1): the first maximum wins ties, a NaN wins.
+      M best = static_cast<M>(r0[2 * ow]);
+      int64_t at = base + 2 * ow;
+      const M b = static_cast<M>(r0[2 * ow + 1]);
+      bool take = b > best || b != b;
+      best = take ? b : best;
+      at = take ? base + 2 * ow + 1 : at;
+      const M c = static_cast<M>(r1[2 * ow]);
+      take = c > best || c != c;
+      best = take ? c : best;
+      at = take ? base + W + 2 * ow : at;
+      const M d = static_cast<M>(r1[2 * ow + 1]);
+      take = d > best || d != d;
+      best = take ? d : best;
+      at = take ? base + W + 2 * ow + 1 : at;
+      o[ow] = static_cast<T>(best);
+      ix[ow] = at;
+    }
+  }
+}
+
+// The window is walked offset by offset, (i, j) in row-major order, and for each offset the
+// whole output row is updated: the inner loop runs over ow with a fixed input stride, which
+// vectorises, where a loop over each output's tiny window (2x2) would not. The visiting order
+// per output is the same as a window scan, so ties keep the first maximum and a NaN wins, as in
+// PyTorch.
 template <class T>
 void max_pool_forward(const Tensor& out, const Tensor& indices, const Tensor& x, const Pool2dParams& p) {
   using M = opmath_t<T>;
   const int64_t H = x.size(2), W = x.size(3), Ho = out.size(2), Wo = out.size(3);
   const int64_t kh = p.kernel[0], kw = p.kernel[1], sh = p.stride[0], sw = p.stride[1];
   const int64_t ph = p.padding[0], pw = p.padding[1], dh = p.dilation[0], dw = p.dilation[1];
+  // Output columns [lo, hi) whose window column j lies inside the input.
+  auto valid_columns = [&](int64_t j) {
+    const int64_t offset = j * dw - pw;  // input column = ow * sw + offset
+    const int64_t lo = offset >= 0 ? 0 : (-offset + sw - 1) / sw;
+    const int64_t hi = W - 1 - offset < 0 ? 0 : std::min(Wo, (W - 1 - offset) / sw + 1);
+    return std::pair{lo, std::max(lo, hi)};
+  };
   for_planes(x.size(0) * x.size(1), Ho * Wo * kh * kw, [&](int64_t begin, int64_t end) {
+    std::vector<M> best(static_cast<size_t>(Wo));
+    std::vector<int64_t> best_index(static_cast<size_t>(Wo));
     for (int64_t pl = begin; pl < end; ++pl) {
       Plane<const T> in = plane<const T>(x, pl);
       Plane<T> o = plane<T>(out, pl);
       Plane<int64_t> idx = plane<int64_t>(indices, pl);
+      if (is_plain_2x2(p, in, o, idx, W)) {
+        max_pool_2x2(in.data, o.data, idx.data, W, Ho, Wo);
+        continue;
+      }
       for (int64_t oh = 0; oh < Ho; ++oh) {
-        int64_t h0 = oh * sh - ph;
-        const int64_t h1 = std::min(h0 + (kh - 1) * dh + 1, H);
-        while (h0 < 0) h0 += dh;
+        int64_t h_first = oh * sh - ph;
+        while (h_first < 0) h_first += dh;
         for (int64_t ow = 0; ow < Wo; ++ow) {
-          int64_t w0 = ow * sw - pw;
-          const int64_t w1 = std::min(w0 + (kw - 1) * dw + 1, W);
-          while (w0 < 0) w0 += dw;
-          int64_t best_index = h0 * W + w0;
-          M best = -std::numeric_limits<M>::infinity();
-          for (int64_t h = h0; h < h1; h += dh)
-            for (int64_t w = w0; w < w1; w += dw) {
-              const M v = static_cast<M>(in.at(h, w));
-              if (v > best || std::isnan(v)) {  // NaN wins and stays, as in PyTorch
-                best = v;
-                best_index = h * W + w;
-              }
+          int64_t w_first = ow * sw - pw;
+          while (w_first < 0) w_first += dw;
+          best[ow] = -std::numeric_limits<M>::infinity();
+          best_index[ow] = h_first * W + w_first;
+        }
+        for (int64_t i = 0; i < kh; ++i) {
+          const int64_t h = oh * sh - ph + i * dh;
+          if (h < 0 || h >= H) continue;
+          const T* row = &in.at(h, 0);
+          const int64_t row_stride = in.sw, row_base = h * W, step = sw;
+          for (int64_t j = 0; j < kw; ++j) {
+            const int64_t offset = j * dw - pw;
+            const auto [lo, hi] = valid_columns(j);
+            // Locals, not captures: the stores below could alias captured int64s otherwise.
+            M* __restrict b = best.data();
+            int64_t* __restrict bi = best_index.data();
+            for (int64_t ow = lo; ow < hi; ++ow) {
+              const int64_t w = ow * step + offset;
+              const M v = static_cast<M>(row[w * row_stride]);
+              const bool take = v > b[ow] || v != v;  // v != v: NaN
+              b[ow] = take ? v : b[ow];
+              bi[ow] = take ? row_base + w : bi[ow];
             }
-          o.at(oh, ow) = static_cast<T>(best);
-          idx.at(oh, ow) = best_index;
+          }
+        }
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          o.at(oh, ow) = static_cast<T>(best[ow]);
+          idx.at(oh, ow) = best_index[ow];
         }
       }
     }
@@ -878,8 +950,27 @@ void max_pool_backward(const Tensor& grad_input, const Tensor& grad_out, const T
       Plane<T> gx = plane<T>(grad_input, pl);
       Plane<const T> gy = plane<const T>(grad_out, pl);
       Plane<const int64_t> idx = plane<const int64_t>(indices, pl);
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t w = 0; w < W; ++w) gx.at(h, w) = T(0);
+      if (gx.sw == 1 && gx.sh == W) {
+        std::fill(gx.data, gx.data + H * W, T(0));
+      } else {
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t w = 0; w < W; ++w) gx.at(h, w) = T(0);
+      }
+      if (gx.sw == 1 && gx.sh == W) {
+        // Contiguous plane: the index is the offset. One range check per plane, not per element.
+        int64_t bad = -1;
+        for (int64_t oh = 0; oh < Ho; ++oh)
+          for (int64_t ow = 0; ow < Wo; ++ow) {
+            const int64_t i = idx.at(oh, ow);
+            if (i < 0 || i >= H * W) {
+              bad = i;
+              continue;
+            }
+            gx.data[i] = static_cast<T>(static_cast<M>(gx.data[i]) + static_cast<M>(gy.at(oh, ow)));
+          }
+        LOOM_CHECK(bad < 0, "max_pool2d_backward: index ", bad, " out of range for an input plane of ", H, "x", W);
+        continue;
+      }
       for (int64_t oh = 0; oh < Ho; ++oh)
         for (int64_t ow = 0; ow < Wo; ++ow) {
           const int64_t i = idx.at(oh, ow);
