@@ -439,6 +439,23 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
   return unary_out(x, compute, compute, [&](const Tensor& out, const Tensor& in) { kernel(out, in, use_tanh); });
 }
 
+Tensor gelu_backward(const Tensor& grad, const Tensor& x, std::string_view approximate) {
+  bool use_tanh = gelu_uses_tanh(approximate);
+  LOOM_CHECK(grad.defined() && x.defined(), "gelu_backward: undefined grad or input");
+  LOOM_CHECK(grad.sizes() == x.sizes(), "gelu_backward: expected grad and input of the same shape, got ",
+             grad.sizes(), " and ", x.sizes());
+  LOOM_CHECK(grad.device() == x.device(), "gelu_backward: grad on ", grad.device(), " but input on ", x.device());
+  if (should_record(grad, x)) {
+    return recorded<Op::gelu_backward>({grad, x}, GeluAttrs{use_tanh},
+                                       [&] { return gelu_backward(grad, x, approximate); });
+  }
+  DType compute = unary_compute_dtype(x, UnaryKind::FloatOnly, "gelu_backward");
+  LOOM_CHECK(is_floating(grad.dtype()), "gelu_backward: expected a floating-point grad, got ", grad.dtype());
+  Tensor g = grad.dtype() == compute ? grad : to(grad, compute);
+  auto kernel = get_kernel<Op::gelu_backward>(x.device());
+  return unary_out(x, compute, compute, [&](const Tensor& out, const Tensor& in) { kernel(out, g, in, use_tanh); });
+}
+
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
   if (should_record(x)) return recorded<Op::clamp>({x}, ClampAttrs{min, max}, [&] { return clamp(x, min, max); });
   DType compute = clamp_compute_dtype(x, min, max, "clamp");

@@ -43,6 +43,8 @@ Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 // approximate: "none" (x * Phi(x), with erf) or "tanh"
 Tensor gelu(const Tensor& x, std::string_view approximate = "none");
+// grad * gelu'(x), the gradient of gelu (grad and x of one shape and floating dtype).
+Tensor gelu_backward(const Tensor& grad, const Tensor& x, std::string_view approximate = "none");
 Tensor silu(const Tensor& x);
 // At least one bound must be given.
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max = {});

@@ -23,6 +23,8 @@ using UnaryKernel = void (*)(const Tensor& out, const Tensor& in);
 using BinaryKernel = void (*)(const Tensor& out, const Tensor& a, const Tensor& b);
 using WhereKernel = void (*)(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b);
 using GeluKernel = void (*)(const Tensor& out, const Tensor& in, bool tanh_approximation);
+// out = grad * gelu'(x): one fused pass where the formula would take a dozen.
+using GeluBackwardKernel = void (*)(const Tensor& out, const Tensor& grad, const Tensor& x, bool tanh_approximation);
 using ClampKernel = void (*)(const Tensor& out, const Tensor& in, const Scalar* min, const Scalar* max);
 
 // ---- copies and fills

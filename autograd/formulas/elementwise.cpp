@@ -53,23 +53,30 @@ void register_elementwise_formulas() {
     return Grads{g[0] * (s * (x * (1.0 - s) + 1.0))};
   });
   define_formula<Op::gelu>(Save{.inputs = 0b1}, [](const GradContext<GeluAttrs>& c, const Grads& g) {
-    Tensor x = c.input(0);
-    if (!c.attrs().tanh_approximation) {
-      // gelu = x Phi(x): d/dx = Phi(x) + x phi(x). There is no erf op; Phi is read back from
-      // gelu itself as gelu(x) / x (exact up to rounding, since gelu computes x * Phi(x)),
-      // with Phi(0) = 1/2.
-      const double inv_sqrt_2pi = 1.0 / std::sqrt(2.0 * M_PI);
-      Tensor phi = (x * x * -0.5).exp() * inv_sqrt_2pi;
-      Tensor nonzero = x.ne(0);
-      Tensor Phi = where(nonzero, x.gelu() / where(nonzero, x, 1.0), 0.5);
-      return Grads{g[0] * (Phi + x * phi)};
-    }
-    // tanh form: 0.5 x (1 + tanh(u)), u = k (x + 0.044715 x^3), k = sqrt(2/pi)
-    const double k = std::sqrt(2.0 / M_PI);
-    Tensor x2 = x * x;
-    Tensor t = ((x + x2 * x * 0.044715) * k).tanh();
-    Tensor du = (x2 * (3 * 0.044715) + 1.0) * k;
-    return Grads{g[0] * ((t + 1.0) * 0.5 + x * 0.5 * (1.0 - t * t) * du)};
+    return Grads{gelu_backward(g[0], c.input(0), c.attrs().tanh_approximation ? "tanh" : "none")};
+  });
+  // gelu_backward(g, x) = g * gelu'(x): d/dg = gelu'(x), d/dx = g * gelu''(x), with
+  //   erf form:  gelu''(x) = phi(x) (2 - x^2)
+  //   tanh form: gelu''(x) = (1 - t^2) (u' + x/2 (u'' - 2 t u'^2)), t = tanh(u),
+  //              u = k (x + a x^3), u' = k (1 + 3 a x^2), u'' = 6 a k x, k = sqrt(2/pi), a = 0.044715
+  define_formula<Op::gelu_backward>(kInputs01, [](const GradContext<GeluAttrs>& c, const Grads& g) {
+    const bool use_tanh = c.attrs().tanh_approximation;
+    Tensor grad = c.input(0), x = c.input(1);
+    Tensor d_grad = if_needed(c.needs_grad(0), [&] { return gelu_backward(g[0], x, use_tanh ? "tanh" : "none"); });
+    Tensor d_x = if_needed(c.needs_grad(1), [&] {
+      Tensor x2 = x * x, second;
+      if (use_tanh) {
+        const double k = std::sqrt(2.0 / M_PI), a = 0.044715;
+        Tensor t = ((x + x2 * x * a) * k).tanh();
+        Tensor du = (x2 * (3 * a) + 1.0) * k, ddu = x * (6 * a * k);
+        second = (1.0 - t * t) * (du + x * 0.5 * (ddu - t * du * du * 2.0));
+      } else {
+        const double inv_sqrt_2pi = 1.0 / std::sqrt(2.0 * M_PI);
+        second = (x2 * -0.5).exp() * inv_sqrt_2pi * (2.0 - x2);
+      }
+      return g[0] * grad * second;
+    });
+    return Grads{d_grad, d_x};
   });
   define_formula<Op::clamp>(kInput0, [](const GradContext<ClampAttrs>& c, const Grads& g) {
     Tensor x = c.input(0);

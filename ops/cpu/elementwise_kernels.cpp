@@ -416,6 +416,57 @@ void gelu_kernel(const Tensor& out, const Tensor& in, bool tanh_approximation) {
   }
 }
 
+// gelu'(x) times the incoming gradient, in one pass over Eigen arrays.
+//   erf form:  Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+//   tanh form: 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2), t = tanh(k (x + a x^3))
+template <class M>
+void gelu_backward_block(const M* gp, const M* xp, M* outp, int64_t n, bool tanh_approximation) {
+  const auto len = static_cast<Eigen::Index>(n);
+  ConstArrayMap<M> g(gp, len), x(xp, len);
+  ArrayMap<M> out(outp, len);
+  if (tanh_approximation) {
+    const M k = M(0.79788456080286535588), a = M(0.044715);
+    auto t = (k * (x + a * x.cube())).tanh();
+    out = g * (M(0.5) * (M(1) + t) + M(0.5) * x * (M(1) - t.square()) * k * (M(1) + M(3) * a * x.square()));
+  } else {
+    const M inv_sqrt_2pi = M(0.39894228040143267794);
+    out = g * (M(0.5) * (M(1) + (x * M(0.70710678118654752440)).erf()) +
+               x * inv_sqrt_2pi * (M(-0.5) * x.square()).exp());
+  }
+}
+
+void gelu_backward_kernel(const Tensor& out, const Tensor& grad, const Tensor& x, bool tanh_approximation) {
+  visit_floating_dtype(out.dtype(), "gelu_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using M = opmath_t<T>;
+    apply<3>({&out, &grad, &x}, kHeavyGrain, [&](char* const* p, const int64_t* s, int64_t n) {
+      T* o = reinterpret_cast<T*>(p[0]);
+      const T* g = reinterpret_cast<const T*>(p[1]);
+      const T* xs = reinterpret_cast<const T*>(p[2]);
+      constexpr int64_t s1 = sizeof(T);
+      if constexpr (std::is_same_v<T, M>) {
+        if (s[0] == s1 && s[1] == s1 && s[2] == s1) {
+          gelu_backward_block(g, xs, o, n, tanh_approximation);
+          return;
+        }
+      }
+      // Strided or 16-bit: gather blocks into opmath buffers.
+      constexpr int64_t kBlock = kConvertBlock;
+      alignas(64) M gb[kBlock], xb[kBlock];
+      const int64_t so = s[0] / s1, sg = s[1] / s1, sx = s[2] / s1;
+      for (int64_t i = 0; i < n; i += kBlock) {
+        const int64_t len = std::min(kBlock, n - i);
+        for (int64_t j = 0; j < len; ++j) {
+          gb[j] = static_cast<M>(g[(i + j) * sg]);
+          xb[j] = static_cast<M>(xs[(i + j) * sx]);
+        }
+        gelu_backward_block(gb, xb, gb, len, tanh_approximation);
+        for (int64_t j = 0; j < len; ++j) o[(i + j) * so] = static_cast<T>(gb[j]);
+      }
+    });
+  });
+}
+
 // Simple unary ops on numeric dtypes (bool only where `allow_bool`).
 template <class F>
 void simple_unary(const Tensor& out, const Tensor& in, std::string_view op, bool allow_bool) {
@@ -671,6 +722,7 @@ void register_elementwise_kernels() {
   register_kernel<Op::silu>(cpu, silu_kernel);
   register_kernel<Op::logical_not>(cpu, logical_not_kernel);
   register_kernel<Op::gelu>(cpu, gelu_kernel);
+  register_kernel<Op::gelu_backward>(cpu, gelu_backward_kernel);
   register_kernel<Op::clamp>(cpu, clamp_kernel);
   register_kernel<Op::add>(cpu, add_kernel);
   register_kernel<Op::sub>(cpu, sub_kernel);

@@ -249,6 +249,24 @@ TEST_CASE("gelu rejects an unknown approximation") {
   CHECK_THROWS_WITH_AS(x.gelu("Tanh"), doctest::Contains("\"Tanh\""), Error);
 }
 
+TEST_CASE("gelu_backward matches PyTorch's gelu gradient, contiguous, strided and in float32") {
+  // torch 1.13: x = [-3, -1.5, -0.5, 0, 0.25, 1, 2.5] (float64), g = [1, -2, 0.5, 3, 1.5, -1, 0.75],
+  // torch.autograd.grad(F.gelu(x, approximate=a), x, g)
+  const std::vector<double> xs{-3.0, -1.5, -0.5, 0.0, 0.25, 1.0, 2.5}, gs{1.0, -2.0, 0.5, 3.0, 1.5, -1.0, 0.75};
+  const std::vector<double> erf_form{-0.011945647204184, 0.254938384459959, 0.066252437671919, 1.5,
+                                     1.043060032325454,  -1.083315470587686, 0.778208314431109};
+  const std::vector<double> tanh_form{-0.01158416663097, 0.255421586302866, 0.066315048232679, 1.5,
+                                      1.043031142726591, -1.082964083845783, 0.7784636821595};
+  Tensor x = make(xs, {7}), g = make(gs, {7});
+  check_close(gelu_backward(g, x), erf_form, Tol{1e-12, 1e-14});
+  check_close(gelu_backward(g, x, "tanh"), tanh_form, Tol{1e-12, 1e-14});
+  // Strided views of the same values take the gathering path.
+  Tensor x2 = make(xs, {7}).unsqueeze(1).expand({7, 2}).select(1, 1), g2 = make(gs, {7}).unsqueeze(1).expand({7, 2}).select(1, 0);
+  check_close(gelu_backward(g2, x2), erf_form, Tol{1e-12, 1e-14});
+  check_close(gelu_backward(g.to(kFloat32), x.to(kFloat32), "tanh"), tanh_form, Tol{2e-6, 1e-6});
+  CHECK_THROWS_WITH_AS(gelu_backward(make({1, 2, 3}, {3}), x), doctest::Contains("same shape"), Error);
+}
+
 TEST_CASE("clamp") {
   std::vector<double> data = spread(1000, -10, 10);
   for (DType dtype : kFloatTypes) {

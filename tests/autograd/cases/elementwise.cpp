@@ -84,6 +84,12 @@ std::vector<GradcheckCase> unary_cases() {
   add_unary(c, Op::gelu, "gelu (erf)", [](const Tensor& x) { return x.gelu(); }, Domain::kAwayFromZero, 1140);
   add_unary(c, Op::gelu, "gelu (tanh)", [](const Tensor& x) { return x.gelu("tanh"); }, Domain::kAwayFromZero,
             1150);
+  // gelu_backward is differentiated when a second derivative goes through gelu.
+  for (const char* approximate : {"none", "tanh"}) {
+    c.push_back({Op::gelu_backward, std::string("gelu_backward (") + approximate + ")",
+                 [] { return inputs(leaf_in(Domain::kAny, {2, 3}, 1190), leaf_in(Domain::kAwayFromZero, {2, 3}, 1191)); },
+                 [=](const Inputs& x) { return outputs(gelu_backward(x[0], x[1], approximate)); }, kSecondOrder});
+  }
   add_unary(c, Op::clamp, "clamp min only", [](const Tensor& x) { return x.clamp(-0.3) * x; },
             Domain::kAwayFromZero, 1160);
   add_unary(c, Op::clamp, "clamp max only", [](const Tensor& x) { return x.clamp({}, 0.4) * x; },
