@@ -18,6 +18,7 @@
 #include "autograd/accumulate_grad.h"
 #include "autograd/autograd_meta.h"
 #include "autograd/formulas/formulas.h"
+#include "core/autocast.h"
 #include "ops/ops.h"
 
 namespace loom::autograd {
@@ -216,6 +217,7 @@ void make_roots(const std::vector<Tensor>& outputs, const std::vector<Tensor>& g
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
               std::optional<bool> retain_graph, bool create_graph) {
+  AutocastExcludeGuard no_autocast;  // backward runs in the forward's dtypes, as torch's
   std::vector<Edge> roots;
   std::vector<Tensor> grads;
   make_roots(outputs, grad_outputs, roots, grads);
@@ -225,6 +227,7 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs, std::optional<bool> retain_graph,
                          bool create_graph, bool allow_unused) {
+  AutocastExcludeGuard no_autocast;  // backward runs in the forward's dtypes, as torch's
   std::vector<Edge> roots;
   std::vector<Tensor> grads;
   make_roots(outputs, grad_outputs, roots, grads);

@@ -11,6 +11,7 @@
  */
 #include "ops/conv_pool.h"
 
+#include "ops/autocast.h"
 #include "ops/autograd_hook.h"
 #include "ops/copy_ops.h"
 #include "ops/dispatch.h"
@@ -142,6 +143,7 @@ void check_grad_shape(const Tensor& grad_out, IntArrayRef expected, std::string_
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::array<int64_t, 2> stride,
               std::array<int64_t, 2> padding, std::array<int64_t, 2> dilation, int64_t groups) {
+  LOOM_AUTOCAST_LOWER(conv2d, x, weight, bias, stride, padding, dilation, groups);
   constexpr std::string_view op = "conv2d";
   check_conv_tensor(x, op, "input");
   check_conv_tensor(weight, op, "weight");

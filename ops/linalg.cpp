@@ -11,6 +11,7 @@
  */
 #include "ops/linalg.h"
 
+#include "ops/autocast.h"
 #include "ops/autograd_hook.h"
 #include "ops/copy_ops.h"
 #include "ops/dispatch.h"
@@ -82,6 +83,7 @@ Tensor run_kernel(const Tensor& a3, const Tensor& b3, const Tensor& bias) {
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  LOOM_AUTOCAST_LOWER(matmul, a, b);
   check_operands(a, b, "matmul");
   LOOM_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dim, got shapes ",
              a.sizes(), " and ", b.sizes());
@@ -128,6 +130,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mm(const Tensor& a, const Tensor& b) {
+  LOOM_AUTOCAST_LOWER(mm, a, b);
   check_operands(a, b, "mm");
   LOOM_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D matrices, got shapes ", a.sizes(), " and ",
              b.sizes());
@@ -138,6 +141,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
+  LOOM_AUTOCAST_LOWER(bmm, a, b);
   check_operands(a, b, "bmm");
   LOOM_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D batches of matrices, got shapes ", a.sizes(),
              " and ", b.sizes());
@@ -150,6 +154,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  LOOM_AUTOCAST_LOWER(linear, x, weight, bias);
   check_operands(x, weight, "linear");
   LOOM_CHECK(x.dim() >= 1, "linear: expected an input with at least 1 dim, got shape ", x.sizes());
   LOOM_CHECK(weight.dim() == 2, "linear: expected a 2-D weight [out, in], got shape ", weight.sizes());

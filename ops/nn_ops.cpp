@@ -10,6 +10,7 @@
  */
 #include "ops/nn_ops.h"
 
+#include "ops/autocast.h"
 #include "ops/autograd_hook.h"
 #include "ops/copy_ops.h"
 #include "ops/dispatch.h"
@@ -28,6 +29,7 @@ namespace {
 
 template <Op op>
 Tensor softmax_forward(const Tensor& x, int64_t dim) {
+  LOOM_AUTOCAST_FP32(softmax_forward<op>, x, dim);
   constexpr std::string_view name = op_name(op);
   check_defined(x, name);
   check_floating(x, name);
@@ -142,6 +144,7 @@ Tensor log_softmax_backward(const Tensor& grad_out, const Tensor& out, int64_t d
 
 std::tuple<Tensor, Tensor> nll_loss_forward(const Tensor& logp, const Tensor& target, const Tensor& weight,
                                             int64_t ignore_index, Reduction reduction) {
+  LOOM_AUTOCAST_FP32(nll_loss_forward, logp, target, weight, ignore_index, reduction);
   if (should_record(logp, weight)) {
     std::tuple<Tensor, Tensor> result;
     {
@@ -215,6 +218,7 @@ Tensor nll_loss_backward(const Tensor& grad_out, const Tensor& logp, const Tenso
 // as nll (the summed weights of the counted targets).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, int64_t ignore_index,
                      double label_smoothing, Reduction reduction) {
+  LOOM_AUTOCAST_FP32(cross_entropy, logits, target, weight, ignore_index, label_smoothing, reduction);
   constexpr std::string_view op = "cross_entropy";
   check_defined(logits, op, "input");
   check_defined(target, op, "target");
@@ -245,6 +249,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& w
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  LOOM_AUTOCAST_FP32(mse_loss, input, target, reduction);
   constexpr std::string_view op = "mse_loss";
   check_defined(input, op, "input");
   check_defined(target, op, "target");

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <utility>
 
+#include "ops/autocast.h"
 #include "ops/autograd_hook.h"
 #include "ops/copy_ops.h"
 #include "ops/dispatch.h"
@@ -172,6 +173,7 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& grad_out, c
 
 std::tuple<Tensor, Tensor, Tensor> layer_norm_forward(const Tensor& x, IntArrayRef normalized_shape,
                                                       const Tensor& weight, const Tensor& bias, double eps) {
+  LOOM_AUTOCAST_FP32(layer_norm_forward, x, normalized_shape, weight, bias, eps);
   if (should_record(x, weight, bias)) {
     Tensor out, mean, rstd;
     {
