@@ -5,11 +5,26 @@
 #include "autograd/engine.h"
 #include "autograd/recorder.h"
 #include "autograd/saved_tensor.h"
+#include "core/autocast.h"
 #include "core/random.h"
 
 namespace loom::autograd {
 
 namespace {
+
+// The autocast state of the forward, so that the recompute (which runs inside backward, where
+// the engine turns autocast off) computes in the same dtypes as the first run did.
+struct AutocastState {
+  uint8_t mask = AutocastMode::enabled_mask();
+  DType cpu = AutocastMode::dtype(DeviceType::CPU);
+  DType cuda = AutocastMode::dtype(DeviceType::CUDA);
+
+  void apply() const {
+    AutocastMode::set_enabled_mask(mask);
+    AutocastMode::set_dtype(DeviceType::CPU, cpu);
+    AutocastMode::set_dtype(DeviceType::CUDA, cuda);
+  }
+};
 
 class CheckpointNode final : public Node {
  public:
@@ -52,14 +67,18 @@ class CheckpointNode final : public Node {
       Generator& gen = default_generator();
       uint64_t seed = gen.seed(), offset = gen.offset();
       gen.set_state(rng_seed_, rng_offset_);
+      const AutocastState outside;
+      forward_autocast_.apply();
       AutoGradMode record(true);
       try {
         outputs = fn_(inputs);
       } catch (...) {
         gen.set_state(seed, offset);
+        outside.apply();
         throw;
       }
       gen.set_state(seed, offset);
+      outside.apply();
     }
     LOOM_CHECK(outputs.size() == grads.size(), "checkpoint: the function returned ", outputs.size(),
                " outputs when recomputed but ", grads.size(), " the first time");
@@ -77,6 +96,7 @@ class CheckpointNode final : public Node {
 
  private:
   CheckpointFn fn_;
+  AutocastState forward_autocast_;  // captured at construction, i.e. during the forward
   std::vector<SavedTensor> saved_;
   std::vector<bool> input_requires_grad_;
   uint64_t rng_seed_, rng_offset_;

@@ -3,6 +3,7 @@
  * included, thanks to the replayed random state), and far fewer bytes of saved activations,
  * measured on the graph.
  */
+#include "core/autocast.h"
 #include "tests/autograd/autograd_test_util.h"
 
 using namespace loom;
@@ -112,4 +113,25 @@ TEST_CASE("a checkpoint whose input was modified in place refuses to recompute")
   Tensor y = autograd::checkpoint([](const Tensor& t) { return t.exp(); }, h);
   h.add_(1.0);
   CHECK_THROWS_WITH_AS(y.sum().backward(), doctest::Contains("modified by an inplace operation"), Error);
+}
+
+TEST_CASE("checkpoint recomputes under the forward's autocast state, not backward's") {
+  manual_seed(7);
+  Tensor w = randn({16, 8}).requires_grad_(), x = randn({4, 8});
+  auto block = [&w](const Tensor& t) { return linear(t, w).relu(); };
+  auto grad_of = [&](bool checkpointed) {
+    w.mutable_grad() = Tensor();
+    Tensor y;
+    {
+      AutocastGuard bf16(DeviceType::CPU, DType::BFloat16);
+      y = checkpointed ? autograd::checkpoint(block, x) : block(x);
+    }
+    CHECK(y.dtype() == DType::BFloat16);
+    y.to(kFloat32).sum().backward();
+    return w.grad();
+  };
+  Tensor plain = grad_of(false), recomputed = grad_of(true);
+  // Bitwise: the recompute must run the same bf16 kernels as the forward did.
+  CHECK(plain.to_vector<float>() == recomputed.to_vector<float>());
+  CHECK_FALSE(AutocastMode::any_enabled());
 }
