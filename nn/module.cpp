@@ -242,22 +242,35 @@ StateDict Module::state_dict() const {
 
 LoadStateDictResult Module::load_state_dict(const StateDict& state, bool strict) {
   StateDict own = state_dict();
+  // Every name of every persistent tensor, aliases included: a tensor shared by two modules
+  // (a tied embedding) is saved once, under its first name, but a torch state dict has it under
+  // both, and either name is accepted.
+  NamedTensors all_names;
+  std::function<void(const Module&, const std::string&)> walk = [&](const Module& m, const std::string& prefix) {
+    for (const Entry& e : m.parameters_)
+      if (e.tensor.defined()) all_names.emplace_back(join_name(prefix, e.name), e.tensor);
+    for (const Entry& e : m.buffers_)
+      if (e.tensor.defined() && e.persistent) all_names.emplace_back(join_name(prefix, e.name), e.tensor);
+    for (const auto& [name, child] : m.children_) walk(*child, join_name(prefix, name));
+  };
+  walk(*this, "");
+  StateDict targets;
+  for (auto& [name, t] : all_names) targets.set(name, t);
+
   LoadStateDictResult result;
   std::vector<std::string> mismatches;
   for (const auto& [name, dst] : own) {
-    const Tensor* src = state.find(name);
-    if (!src) {
-      result.missing_keys.push_back(name);
-      continue;
-    }
-    if (!src->defined() || src->sizes() != dst.sizes()) {
-      mismatches.push_back("'" + name + "': the checkpoint has shape " +
-                           (src->defined() ? shape_string(src->sizes()) : std::string("<undefined>")) +
-                           ", the module has " + shape_string(dst.sizes()));
-    }
+    if (!state.contains(name)) result.missing_keys.push_back(name);
   }
   for (const auto& [name, src] : state) {
-    if (!own.contains(name)) result.unexpected_keys.push_back(name);
+    const Tensor* dst = targets.find(name);
+    if (!dst) {
+      result.unexpected_keys.push_back(name);
+    } else if (!src.defined() || src.sizes() != dst->sizes()) {
+      mismatches.push_back("'" + name + "': the checkpoint has shape " +
+                           (src.defined() ? shape_string(src.sizes()) : std::string("<undefined>")) +
+                           ", the module has " + shape_string(dst->sizes()));
+    }
   }
   std::string problems;
   for (const auto& m : mismatches) problems += "\n  size mismatch for " + m;
@@ -268,10 +281,10 @@ LoadStateDictResult Module::load_state_dict(const StateDict& state, bool strict)
   LOOM_CHECK(problems.empty(), "Error(s) in loading state_dict for ", type_name(), ":", problems);
 
   NoGradGuard no_grad;
-  for (const auto& [name, dst] : own) {
-    if (const Tensor* src = state.find(name)) {
-      Tensor target = dst;
-      if (!target.is_same(*src)) target.copy_(*src);
+  for (const auto& [name, src] : state) {
+    if (const Tensor* dst = targets.find(name)) {
+      Tensor target = *dst;
+      if (!target.is_same(src)) target.copy_(src);
     }
   }
   return result;

@@ -69,6 +69,7 @@ struct BenchCase {
 std::vector<BenchCase> op_cases();
 std::vector<BenchCase> autograd_cases();
 std::vector<BenchCase> data_cases();
+std::vector<BenchCase> nn_cases();
 
 const std::vector<BenchCase>& all_cases();
 
