@@ -8,6 +8,7 @@
 
 #include <string_view>
 
+#include "ops/autocast.h"
 #include "ops/ops.h"
 
 namespace loom::nn {
@@ -115,6 +116,8 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
 // (a zero-initialised head). clamp passes the gradient at its bound, which makes this exact.
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight,
                                         const Tensor& pos_weight, Reduction reduction) {
+  // Exponentials and logs of 16-bit logits lose too much: computed in float32 under autocast.
+  LOOM_AUTOCAST_FP32(binary_cross_entropy_with_logits, input, target, weight, pos_weight, reduction);
   constexpr std::string_view op = "binary_cross_entropy_with_logits";
   check_inputs(input, target, op);
   check_floating(input, op, "input");
@@ -149,6 +152,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
 }
 
 Tensor kl_div(const Tensor& input, const Tensor& target, KLDivReduction reduction, bool log_target) {
+  LOOM_AUTOCAST_FP32(kl_div, input, target, reduction, log_target);  // float32 under autocast, as torch
   constexpr std::string_view op = "kl_div";
   check_inputs(input, target, op);
   check_floating(input, op, "input");
