@@ -1,0 +1,347 @@
+/*
+ * CheckpointManager: the save protocol (temporary directory -> fsync -> rename -> fsync ->
+ * rewrite `latest` -> prune) and the loader that checks a checkpoint is complete before
+ * handing it back. The ordering of those steps is the whole point of this file; see
+ * docs/checkpoints.md for the argument that every kill point leaves a usable checkpoint.
+ */
+#include "nn/serialize/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/error.h"
+#include "nn/serialize/atomic_file.h"
+#include "nn/serialize/safetensors.h"
+
+namespace loom::nn {
+namespace fs = std::filesystem;
+
+namespace {
+
+using Json = nlohmann::ordered_json;  // keeps the user's metadata keys in their order
+
+constexpr std::string_view kFormat = "loom-checkpoint";
+constexpr int kFormatVersion = 1;
+constexpr std::string_view kStepPrefix = "step-";
+constexpr std::string_view kTmpPrefix = ".tmp-";
+constexpr std::string_view kLatest = "latest";
+constexpr std::string_view kMetaFile = "meta.json";
+
+// "step-00000123" -> 123; nullopt for anything that is not exactly what step_dir_name makes,
+// so that every step has one directory name.
+std::optional<int64_t> parse_step_dir_name(std::string_view name) {
+  if (!name.starts_with(kStepPrefix)) return std::nullopt;
+  const std::string_view digits = name.substr(kStepPrefix.size());
+  if (digits.empty() || digits.size() > 18) return std::nullopt;
+  int64_t step = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    step = step * 10 + (c - '0');
+  }
+  if (CheckpointManager::step_dir_name(step) != name) return std::nullopt;
+  return step;
+}
+
+bool valid_section_name(const std::string& name) {
+  if (name.empty() || name.size() > 200 || name[0] == '.') return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.';
+  });
+}
+
+// A fresh hidden name in the run directory: pid and counter keep concurrent and successive
+// temporary directories of this process apart.
+fs::path temporary_dir(const fs::path& dir, const std::string& what) {
+  static std::atomic<uint64_t> counter{0};
+  std::string name(kTmpPrefix);
+  name += what;
+  name += '-';
+  name += std::to_string(::getpid());
+  name += '-';
+  name += std::to_string(counter.fetch_add(1));
+  return dir / name;
+}
+
+void remove_tree(const fs::path& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  LOOM_CHECK(!ec, "CheckpointManager: cannot remove '", path.string(), "': ", ec.message());
+}
+
+void rename_or_throw(const fs::path& from, const fs::path& to) {
+  LOOM_CHECK(::rename(from.c_str(), to.c_str()) == 0, "CheckpointManager: renaming '", from.string(),
+             "' to '", to.string(), "' failed: ", std::strerror(errno));
+}
+
+}  // namespace
+
+std::string CheckpointManager::step_dir_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+CheckpointManager::CheckpointManager(fs::path dir, int keep_last)
+    : dir_(std::move(dir)), keep_last_(keep_last) {
+  LOOM_CHECK(!dir_.empty(), "CheckpointManager: the run directory is empty");
+  LOOM_CHECK(keep_last >= 0, "CheckpointManager: keep_last must be >= 0 (0 keeps every checkpoint), got ",
+             keep_last);
+}
+
+fs::path CheckpointManager::save(int64_t step, const std::map<std::string, StateDict>& sections,
+                                 const std::string& metadata_json) {
+  LOOM_CHECK(step >= 0, "CheckpointManager::save: step must be >= 0, got ", step);
+  for (const auto& [name, unused] : sections)
+    LOOM_CHECK(valid_section_name(name), "CheckpointManager::save: section name '", name,
+               "' is not a plain file name ([A-Za-z0-9_.-], not starting with '.')");
+  Json user_metadata;
+  try {
+    user_metadata = Json::parse(metadata_json);
+  } catch (const nlohmann::json::exception& e) {
+    LOOM_FAIL("CheckpointManager::save: metadata_json is not valid JSON: ", e.what());
+  }
+
+  std::error_code ec;
+  const bool created = fs::create_directories(dir_, ec);
+  LOOM_CHECK(!ec, "CheckpointManager::save: cannot create '", dir_.string(), "': ", ec.message());
+  if (created) fsync_directory(dir_.parent_path());
+  remove_leftovers();
+  // A save killed after moving `latest` but before pruning leaves one checkpoint too many;
+  // catching up here keeps the directory at keep_last + 1 however many saves were killed.
+  if (auto current = latest_step()) prune(*current);
+
+  // 1. Build the checkpoint where no reader looks.
+  const std::string name = step_dir_name(step);
+  const fs::path tmp = temporary_dir(dir_, name);
+  const fs::path target = dir_ / name;
+  bool exchanged = false;
+  try {
+    LOOM_CHECK(fs::create_directory(tmp, ec) && !ec, "CheckpointManager::save: cannot create '", tmp.string(),
+               "': ", ec.message());
+    Json meta = {
+        {"format", kFormat}, {"version", kFormatVersion}, {"step", step}, {"sections", Json::array()}};
+    for (const auto& [section, tensors] : sections) {
+      const std::string file = section + ".safetensors";
+      // Each file is fsynced and its directory entry made durable by write_file_atomically.
+      save_safetensors(tmp / file, tensors);
+      const uint64_t bytes = fs::file_size(tmp / file, ec);
+      LOOM_CHECK(!ec, "CheckpointManager::save: cannot stat '", (tmp / file).string(), "': ", ec.message());
+      meta["sections"].push_back({{"name", section}, {"file", file}, {"bytes", bytes}});
+    }
+    meta["metadata"] = std::move(user_metadata);
+    // meta.json last: a directory with it is one whose every section was written before it.
+    write_file_atomically(tmp / kMetaFile, meta.dump(2) + "\n");
+
+    // 2. Publish the directory under its final name in one atomic step.
+    if (fs::exists(target)) {
+      // Re-saving a step (a run resumed from an earlier checkpoint): swap the two directories
+      // atomically, so the name never points at nothing even if `latest` names it.
+      if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+        exchanged = true;
+      } else {
+        // File systems without RENAME_EXCHANGE: move the old one aside first. A kill between
+        // the two renames leaves the name missing for a moment, which load_latest survives
+        // by falling back to the newest complete checkpoint.
+        LOOM_CHECK(errno == EINVAL || errno == ENOSYS, "CheckpointManager::save: exchanging '", tmp.string(),
+                   "' with '", target.string(), "' failed: ", std::strerror(errno));
+        const fs::path aside = temporary_dir(dir_, "replaced-" + name);
+        rename_or_throw(target, aside);
+        if (::rename(tmp.c_str(), target.c_str()) != 0) {
+          const int err = errno;
+          ::rename(aside.c_str(), target.c_str());  // put the old checkpoint back
+          LOOM_FAIL("CheckpointManager: renaming '", tmp.string(), "' to '", target.string(),
+                    "' failed: ", std::strerror(err));
+        }
+        fsync_directory(dir_);
+        remove_tree(aside);
+      }
+    } else {
+      rename_or_throw(tmp, target);
+    }
+    fsync_directory(dir_);  // the rename is durable before `latest` can name the directory
+  } catch (...) {
+    if (!exchanged) {
+      std::error_code ignored;
+      fs::remove_all(tmp, ignored);  // best effort; the next save removes what is left
+    }
+    throw;
+  }
+  if (exchanged) remove_tree(tmp);  // the replaced checkpoint now lives at tmp
+
+  // 3. Point `latest` at it (write_file_atomically: temporary file, fsync, rename, fsync dir).
+  write_file_atomically(dir_ / kLatest, name + "\n");
+
+  // 4. Only now may older checkpoints go: until `latest` moved, one of them was the latest.
+  prune(step);
+  return target;
+}
+
+std::optional<int64_t> CheckpointManager::latest_step() const {
+  std::string text;
+  try {
+    text = read_file(dir_ / kLatest);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
+  return parse_step_dir_name(text);
+}
+
+void CheckpointManager::remove_leftovers() const {
+  std::error_code ec;
+  std::vector<fs::path> leftovers;  // collected first: removing while listing may skip entries
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string entry = it->path().filename().string();
+    // .tmp-* directories of interrupted saves and prunes; .latest.tmp-* files of interrupted
+    // pointer updates (write_file_atomically's temporary names).
+    if (entry.starts_with(kTmpPrefix) || entry.starts_with(".latest.tmp-")) leftovers.push_back(it->path());
+  }
+  LOOM_CHECK(!ec, "CheckpointManager: cannot list '", dir_.string(), "': ", ec.message());
+  for (const fs::path& path : leftovers) remove_tree(path);
+}
+
+void CheckpointManager::prune(int64_t saved_step) const {
+  if (keep_last_ == 0) return;
+  // Older checkpoints only: newer step directories (left by a run that was later resumed from
+  // an earlier checkpoint) are not this save's to judge, and `latest` no longer names them.
+  std::vector<int64_t> older;
+  for (int64_t s : steps())
+    if (s < saved_step) older.push_back(s);
+  std::sort(older.rbegin(), older.rend());
+  if (older.size() < static_cast<size_t>(keep_last_)) return;
+  for (size_t i = static_cast<size_t>(keep_last_) - 1; i < older.size(); ++i) {
+    // Renamed out of sight first, so that a kill during the removal never leaves a half-deleted
+    // step-* directory behind (the next save removes the .tmp-* one).
+    const std::string name = step_dir_name(older[i]);
+    const fs::path doomed = temporary_dir(dir_, "delete-" + name);
+    rename_or_throw(dir_ / name, doomed);
+    remove_tree(doomed);
+  }
+  fsync_directory(dir_);
+}
+
+std::vector<int64_t> CheckpointManager::steps() const {
+  std::vector<int64_t> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir_, ec)) return out;
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code entry_ec;  // an entry removed meanwhile is skipped, not a listing failure
+    if (!it->is_directory(entry_ec)) continue;
+    if (auto step = parse_step_dir_name(it->path().filename().string())) out.push_back(*step);
+  }
+  LOOM_CHECK(!ec, "CheckpointManager: cannot list '", dir_.string(), "': ", ec.message());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Checkpoint CheckpointManager::load_dir(const fs::path& step_dir, int64_t step) const {
+  const std::string where = "CheckpointManager: '" + step_dir.string() + "': ";
+  const fs::path meta_path = step_dir / kMetaFile;
+  Json meta;
+  try {
+    meta = Json::parse(read_file(meta_path));
+  } catch (const nlohmann::json::exception& e) {
+    LOOM_FAIL(where, "meta.json is not valid JSON: ", e.what());
+  }
+  LOOM_CHECK(meta.is_object() && meta.value("format", "") == kFormat, where,
+             "meta.json is not a Loom checkpoint description (no \"format\": \"", kFormat, "\")");
+  LOOM_CHECK(meta.contains("version") && meta["version"] == kFormatVersion, where,
+             "meta.json has format version ", meta.contains("version") ? meta["version"].dump() : "(none)",
+             ", this Loom reads version ", kFormatVersion);
+  LOOM_CHECK(meta.contains("step") && meta["step"].is_number_integer() && meta["step"].get<int64_t>() == step,
+             where, "meta.json says step ", meta.contains("step") ? meta["step"].dump() : "(none)",
+             ", the directory step ", step);
+  LOOM_CHECK(meta.contains("sections") && meta["sections"].is_array(), where, "meta.json lists no sections");
+  LOOM_CHECK(meta.contains("metadata"), where, "meta.json has no \"metadata\"");
+
+  Checkpoint out;
+  out.step = step;
+  out.path = step_dir;
+  out.metadata = meta["metadata"].dump();
+  for (const Json& section : meta["sections"]) {
+    LOOM_CHECK(section.is_object() && section.contains("name") && section["name"].is_string() &&
+                   section.contains("bytes") && section["bytes"].is_number_unsigned(),
+               where, "meta.json: malformed section entry ", section.dump());
+    const std::string name = section["name"].get<std::string>();
+    LOOM_CHECK(valid_section_name(name), where, "meta.json: invalid section name '", name, "'");
+    LOOM_CHECK(!out.sections.contains(name), where, "meta.json lists section '", name, "' twice");
+    const fs::path file = step_dir / (name + ".safetensors");
+    std::error_code ec;
+    const uint64_t size = fs::file_size(file, ec);
+    LOOM_CHECK(!ec, where, "section '", name, "': cannot stat '", file.string(), "': ", ec.message());
+    const uint64_t expected = section["bytes"].get<uint64_t>();
+    LOOM_CHECK(size == expected, where, "section '", name, "': '", file.string(), "' has ", size,
+               " bytes, meta.json recorded ", expected);
+    out.sections.emplace(name, load_safetensors(file).tensors);
+  }
+  return out;
+}
+
+Checkpoint CheckpointManager::load(int64_t step) const {
+  const fs::path step_dir = dir_ / step_dir_name(step);
+  std::error_code ec;
+  LOOM_CHECK(fs::is_directory(step_dir, ec), "CheckpointManager::load: no checkpoint for step ", step, " ('",
+             step_dir.string(), "' is not a directory)");
+  return load_dir(step_dir, step);
+}
+
+std::optional<Checkpoint> CheckpointManager::load_latest() const {
+  std::error_code ec;
+  if (!fs::is_directory(dir_, ec)) return std::nullopt;
+
+  std::string note;
+  std::optional<int64_t> latest_step;
+  const fs::path latest = dir_ / kLatest;
+  if (fs::exists(latest, ec)) {
+    std::string text;
+    try {
+      text = read_file(latest);
+    } catch (const Error& e) {
+      note = std::string("'latest' cannot be read (") + e.what() + ")";
+    }
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' '))
+      text.pop_back();
+    if (note.empty()) {
+      latest_step = parse_step_dir_name(text);
+      if (!latest_step) {
+        note = "'latest' does not name a step directory (it holds \"" + text.substr(0, 64) + "\")";
+      } else {
+        try {
+          return load_dir(dir_ / text, *latest_step);
+        } catch (const Error& e) {
+          note = "'latest' names " + text + ", which is incomplete (" + e.what() + ")";
+        }
+      }
+    }
+  } else {
+    note = "'latest' is missing";
+  }
+
+  std::vector<int64_t> candidates = steps();
+  std::string rejected;
+  for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
+    if (latest_step && *it == *latest_step) continue;  // already tried, and its failure is in note
+    const std::string name = step_dir_name(*it);
+    try {
+      Checkpoint c = load_dir(dir_ / name, *it);
+      c.note = note + "; loaded " + name + ", the newest complete checkpoint";
+      return c;
+    } catch (const Error& e) {
+      rejected += "; " + name + " is incomplete (" + e.what() + ")";
+    }
+  }
+  if (candidates.empty() && !fs::exists(latest, ec)) return std::nullopt;  // a fresh run
+  LOOM_FAIL("CheckpointManager::load_latest: '", dir_.string(),
+            "' holds checkpoints but none is complete: ", note, rejected);
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,92 @@
+/*
+ * Training checkpoints in a run directory, written so that killing the process (or losing
+ * power) at any moment leaves `load_latest()` a complete checkpoint to resume from:
+ *
+ *   run/
+ *     latest                      "step-00000300\n": the newest complete checkpoint
+ *     step-00000200/              model.safetensors, optimizer.safetensors, ..., meta.json
+ *     step-00000300/
+ *     .tmp-step-00000400-<pid>-<n>/   a save in progress (removed by the next save)
+ *
+ * A checkpoint is built in a hidden temporary directory, every file fsynced, the directory
+ * renamed into place, and only then is `latest` atomically rewritten; old checkpoints are
+ * pruned after that. docs/checkpoints.md walks through why every kill point is safe.
+ *
+ * One writer per run directory: a second process saving into the same directory at the same
+ * time would remove the other's temporary directory.
+ */
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nn/state_dict.h"
+
+namespace loom::nn {
+
+// One loaded checkpoint.
+struct Checkpoint {
+  int64_t step = 0;
+  std::map<std::string, StateDict> sections;  // "model", "optimizer", ... as saved
+  std::string metadata;                       // the JSON given to save() (re-serialised, compact)
+  std::filesystem::path path;                 // the step directory it was read from
+  // Empty when `latest` led here; otherwise why load_latest fell back to this checkpoint
+  // ("'latest' is missing; loaded step-00000200, the newest complete checkpoint").
+  std::string note;
+};
+
+class CheckpointManager {
+ public:
+  // keep_last: how many checkpoints save() keeps (the one just saved included); 0 keeps all.
+  // Throws loom::Error if keep_last is negative. Nothing is created until the first save().
+  explicit CheckpointManager(std::filesystem::path dir, int keep_last = 3);
+
+  // Writes dir/step-<step, 8 digits>/<section>.safetensors for every section, plus meta.json
+  // holding `metadata_json` (any JSON value, e.g. "{\"epoch\": 3, \"lr\": 0.001}"), then
+  // points dir/latest at it and prunes: of the checkpoints older than `step`, the newest
+  // keep_last - 1 stay (step directories newer than `step`, left by a run that was resumed
+  // from an earlier checkpoint, are not touched). Saving a step that already exists replaces
+  // it atomically. Leftovers of interrupted saves (.tmp-* directories, an unpruned checkpoint)
+  // are cleaned up first, so at most keep_last + 1 checkpoints exist at any moment.
+  // Returns the checkpoint's directory.
+  // Throws loom::Error for step < 0, a section name that is not [A-Za-z0-9_-][A-Za-z0-9_.-]*
+  // (or is "meta"), invalid metadata JSON, and any I/O failure (naming the path); a failed
+  // save leaves `latest` and the existing checkpoints untouched.
+  std::filesystem::path save(int64_t step, const std::map<std::string, StateDict>& sections,
+                             const std::string& metadata_json = "{}");
+
+  // The checkpoint `latest` names. If `latest` is missing, malformed, or names a checkpoint
+  // that is incomplete (a user deleted or damaged files), the newest complete step-* directory
+  // instead, with Checkpoint::note saying so. std::nullopt when the directory holds no
+  // checkpoint at all (a fresh run). Throws loom::Error when checkpoints exist but none is
+  // complete, listing why each was rejected: silently starting from scratch would be worse.
+  std::optional<Checkpoint> load_latest() const;
+
+  // The checkpoint of one step; throws loom::Error (naming the file and the problem) if it
+  // is missing or incomplete.
+  Checkpoint load(int64_t step) const;
+
+  // Steps of the step-* directories present, ascending (complete or not).
+  std::vector<int64_t> steps() const;
+
+  const std::filesystem::path& dir() const { return dir_; }
+  int keep_last() const { return keep_last_; }
+  // "step-00000123"
+  static std::string step_dir_name(int64_t step);
+
+ private:
+  Checkpoint load_dir(const std::filesystem::path& step_dir, int64_t step) const;
+  // The step `latest` names; nullopt when it is missing or malformed.
+  std::optional<int64_t> latest_step() const;
+  void remove_leftovers() const;
+  void prune(int64_t saved_step) const;
+
+  std::filesystem::path dir_;
+  int keep_last_;
+};
+
+}  // namespace loom::nn
