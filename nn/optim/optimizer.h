@@ -55,8 +55,9 @@ class Optimizer {
 
   // Per-parameter state (momentum buffers, Adam moments, step counts) and every group's
   // hyper-parameters, as tensors, so that a checkpoint stores them with the model's tensors.
-  // Keys: "state.<param index>.<name>" (index in the order of param_groups) and
-  // "param_groups.<group index>.<option>" (0-dim float64).
+  // Keys: "state.<param index>.<name>" (index in the order of param_groups),
+  // "param_groups.<group index>.<option>" (0-dim float64) and "param_groups.<group index>.params"
+  // (1-D int64: the group's parameter indices, as torch's param_groups[g]['params']).
   StateDict state_dict() const;
   // Restores what state_dict() returned; throws if the groups' sizes or the state's shapes do
   // not match this optimizer's parameters.

@@ -1,0 +1,74 @@
+/*
+ * Adam and AdamW: torch.optim.Adam / torch.optim.AdamW's updates (bias-corrected first and
+ * second moments, optional AMSGrad), computed by one fused loop per step.
+ *
+ *   nn::AdamW opt(model.parameters(), {.lr = 3e-4, .weight_decay = 0.1});
+ */
+#pragma once
+
+#include "nn/optim/optimizer.h"
+
+namespace loom::nn {
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // Adam: L2 penalty added to the gradient
+  bool amsgrad = false;
+  bool maximize = false;
+};
+
+// AdamOptions with AdamW's default decoupled weight decay (torch: 1e-2).
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;  // AdamW: p *= 1 - lr * weight_decay before the Adam update
+  bool amsgrad = false;
+  bool maximize = false;
+};
+
+// For every parameter p with a gradient g, with t the parameter's own step count after
+// incrementing it (torch.optim.Adam / AdamW, PyTorch 1.13):
+//   g = maximize ? -g : g
+//   Adam:  g = g + weight_decay * p                 (when weight_decay != 0)
+//   AdamW: p = p * (1 - lr * weight_decay)
+//   m = beta1 * m + (1 - beta1) * g
+//   v = beta2 * v + (1 - beta2) * g * g
+//   v_max = max(v_max, v)                           (amsgrad; v_max replaces v below)
+//   p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+// Group options: "lr", "beta1", "beta2", "eps", "weight_decay", "amsgrad", "maximize" (flags
+// are 0/1). State per parameter: "step" (0-dim int64, on the CPU), "exp_avg", "exp_avg_sq"
+// and, with amsgrad, "max_exp_avg_sq" (the shape of p).
+//
+// CPU parameters with contiguous float32/float64 data are updated by one fused loop, all of
+// them in one parallel range; others (GPU, non-contiguous) by tensor ops. Throws loom::Error
+// on construction (and in step(), for a group edited since) for lr < 0, eps < 0, a beta
+// outside [0, 1) or weight_decay < 0, and in step() for a parameter whose dtype is not
+// float32/float64 or whose gradient's shape, dtype or device differs from it.
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<ParamGroup> param_groups, AdamOptions options = {});
+  Adam(std::vector<Tensor> params, AdamOptions options = {});
+
+  void step() override;
+
+ protected:
+  Adam(std::vector<ParamGroup> param_groups, std::map<std::string, double> defaults, bool decoupled);
+
+ private:
+  bool decoupled_;  // AdamW's weight decay
+};
+
+// Adam with decoupled weight decay (Loshchilov & Hutter): the decay shrinks the parameter
+// directly instead of entering the moments as an L2 gradient.
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<ParamGroup> param_groups, AdamWOptions options = {});
+  AdamW(std::vector<Tensor> params, AdamWOptions options = {});
+};
+
+}  // namespace loom::nn

@@ -1,0 +1,55 @@
+/*
+ * Stochastic gradient descent with momentum, dampening, Nesterov momentum, L2 weight decay
+ * and maximize: torch.optim.SGD's update, computed by one fused loop per step.
+ *
+ *   nn::SGD opt(model.parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4});
+ *   loss.backward();
+ *   opt.step();
+ *   opt.zero_grad();
+ */
+#pragma once
+
+#include <limits>
+
+#include "nn/optim/optimizer.h"
+
+namespace loom::nn {
+
+struct SGDOptions {
+  double lr = std::numeric_limits<double>::quiet_NaN();  // required, as in torch.optim.SGD
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;  // L2 penalty: added to the gradient as weight_decay * param
+  bool nesterov = false;
+  bool maximize = false;  // ascend the objective instead of descending it
+};
+
+// For every parameter p with a gradient g (torch.optim.SGD, PyTorch 1.13):
+//   d = maximize ? -g : g
+//   d = d + weight_decay * p                        (when weight_decay != 0)
+//   b = (first step) ? d : momentum * b + (1 - dampening) * d   (when momentum != 0)
+//   d = nesterov ? d + momentum * b : b             (when momentum != 0)
+//   p = p - lr * d
+// Group options: "lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize" (flags
+// are 0/1). State per parameter: "momentum_buffer" (the shape of p), only with momentum.
+//
+// Parameters on the CPU with contiguous float32/float64 data are updated by one fused loop,
+// all of them in one parallel range; others (GPU, non-contiguous) by tensor ops. Throws
+// loom::Error on construction for a missing or negative lr, negative momentum, dampening or
+// weight_decay, or nesterov without momentum > 0 and dampening 0 (and in step() when a group
+// has been edited into one of those), and in step() for a parameter whose dtype is not
+// float32/float64 or whose gradient's shape, dtype or device differs from it.
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<ParamGroup> param_groups, SGDOptions options);
+  SGD(std::vector<Tensor> params, SGDOptions options);
+
+  void step() override;
+
+  const SGDOptions& options() const { return options_; }
+
+ private:
+  SGDOptions options_;
+};
+
+}  // namespace loom::nn

@@ -1,0 +1,57 @@
+/*
+ * Internal to nn/optim: the checks every optimizer step makes on a parameter group and on a
+ * parameter's gradient, written once so that SGD and Adam word their errors the same way.
+ */
+#pragma once
+
+#include <string_view>
+
+#include "nn/optim/optimizer.h"
+
+namespace loom::nn::optim_detail {
+
+// A boolean hyper-parameter stored in the group's option map (1 or 0).
+inline bool group_flag(const ParamGroup& group, const std::string& name, std::string_view optimizer,
+                       size_t g) {
+  const double v = group.option(name);
+  LOOM_CHECK(v == 0.0 || v == 1.0, optimizer, ": option '", name, "' of group ", g,
+             " is a flag and must be 0 or 1, got ", v);
+  return v == 1.0;
+}
+
+// The parameter's gradient after checking that it can update the parameter.
+inline const Tensor& checked_grad(const Tensor& p, std::string_view optimizer, size_t g, size_t i) {
+  const Tensor& grad = p.grad();
+  LOOM_CHECK(p.dtype() == kFloat32 || p.dtype() == kFloat64, optimizer, ": parameter ", i, " of group ", g,
+             " has dtype ", p.dtype(), "; the step supports float32 and float64 parameters");
+  LOOM_CHECK(grad.sizes() == p.sizes(), optimizer, ": parameter ", i, " of group ", g, " has shape ",
+             p.sizes(), " but its gradient has shape ", grad.sizes());
+  LOOM_CHECK(grad.dtype() == p.dtype(), optimizer, ": parameter ", i, " of group ", g, " is ", p.dtype(),
+             " but its gradient is ", grad.dtype());
+  LOOM_CHECK(grad.device() == p.device(), optimizer, ": parameter ", i, " of group ", g, " is on ",
+             p.device(), " but its gradient is on ", grad.device());
+  return grad;
+}
+
+// Whether the fused CPU loop can update p in place through its data pointer; other
+// parameters (GPU, non-contiguous) take the per-op path.
+inline bool fusable(const Tensor& p) {
+  return p.is_cpu() && p.is_contiguous();
+}
+
+// State tensor `name` of a parameter, created by `make` on first use and kept in the
+// parameter's dtype and device (the parameter may have been converted since, by Module::to).
+template <class Make>
+Tensor& state_tensor(std::map<std::string, Tensor>& state, const std::string& name, const Tensor& p,
+                     std::string_view optimizer, const Make& make) {
+  auto it = state.find(name);
+  if (it == state.end()) return state.emplace(name, make()).first->second;
+  Tensor& t = it->second;
+  LOOM_CHECK(t.sizes() == p.sizes(), optimizer, ": state '", name, "' has shape ", t.sizes(),
+             " but its parameter now has shape ", p.sizes());
+  if (t.dtype() != p.dtype() || t.device() != p.device() || !t.is_contiguous())
+    t = t.to(p.device(), p.dtype()).contiguous();
+  return t;
+}
+
+}  // namespace loom::nn::optim_detail
