@@ -834,12 +834,13 @@ void for_planes(int64_t planes, int64_t work, const Body& body) {
 
 // The most common pooling (2x2, stride 2, no padding, contiguous planes): each output reads two
 // pairs of neighbours, a pattern the compiler vectorises with even/odd shuffles.
+// Every window must lie inside the input: ceil_mode can add a last, partial window.
 template <class T, class I>
 bool is_plain_2x2(const Pool2dParams& p, const Plane<const T>& in, const Plane<T>& out, const Plane<I>& idx,
-                  int64_t W) {
+                  int64_t H, int64_t W, int64_t Ho, int64_t Wo) {
   return p.kernel[0] == 2 && p.kernel[1] == 2 && p.stride[0] == 2 && p.stride[1] == 2 && p.padding[0] == 0 &&
-         p.padding[1] == 0 && p.dilation[0] == 1 && p.dilation[1] == 1 && in.sw == 1 && in.sh == W &&
-         out.sw == 1 && idx.sw == 1;
+         p.padding[1] == 0 && p.dilation[0] == 1 && p.dilation[1] == 1 && 2 * Ho <= H && 2 * Wo <= W &&
+         in.sw == 1 && in.sh == W && out.sw == 1 && idx.sw == 1;
 }
 
 template <class T>
@@ -899,7 +900,7 @@ void max_pool_forward(const Tensor& out, const Tensor& indices, const Tensor& x,
       Plane<const T> in = plane<const T>(x, pl);
       Plane<T> o = plane<T>(out, pl);
       Plane<int64_t> idx = plane<int64_t>(indices, pl);
-      if (is_plain_2x2(p, in, o, idx, W)) {
+      if (is_plain_2x2(p, in, o, idx, H, W, Ho, Wo)) {
         max_pool_2x2(in.data, o.data, idx.data, W, Ho, Wo);
         continue;
       }

@@ -837,3 +837,13 @@ TEST_CASE("pooling: bad inputs throw loom::Error naming the op and shapes") {
   CHECK_THROWS_WITH_AS(avg_pool2d_backward(y, {1, 2, 6, 6}, p), doctest::Contains("avg_pool2d_backward"),
                        Error);
 }
+
+TEST_CASE("max_pool2d 2x2 stride 2 with ceil_mode keeps the last, partial window inside the input") {
+  // torch: F.max_pool2d(torch.arange(25.).view(1, 1, 5, 5), 2, ceil_mode=True, return_indices=True)
+  Tensor x = arange(25).to(kFloat32).view({1, 1, 5, 5});
+  auto [out, indices] = max_pool2d_with_indices(x, make_pool2d_params({2, 2}, {2, 2}, {0, 0}, {1, 1}, true, true));
+  check_close(out, {6, 8, 9, 16, 18, 19, 21, 23, 24}, {1, 1, 3, 3});
+  CHECK(indices.to_vector<int64_t>() == std::vector<int64_t>{6, 8, 9, 16, 18, 19, 21, 23, 24});
+  // Without ceil_mode the fast 2x2 path runs: the same values minus the partial windows.
+  check_close(max_pool2d(x, {2, 2}), {6, 8, 16, 18}, {1, 1, 2, 2});
+}
