@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <sstream>
 #include <typeinfo>
+#include <utility>
 
 #include "core/grad_mode.h"
 
@@ -87,6 +88,20 @@ void Module::add_child(std::string name, std::shared_ptr<Module> child) {
   children_.emplace_back(std::move(name), std::move(child));
 }
 
+void Module::replace_module(const std::string& name, std::shared_ptr<Module> module) {
+  LOOM_CHECK(module != nullptr, type_name(), "::replace_module('", name, "'): null module");
+  LOOM_CHECK(module.get() != this, type_name(), ": a module cannot be its own child ('", name, "')");
+  for (auto& [child_name, child] : children_) {
+    if (child_name != name) continue;
+    // A member's entry is a non-owning pointer (no control block, use_count 0).
+    LOOM_CHECK(child.use_count() > 0, type_name(), "::replace_module('", name, "'): '", name,
+               "' is a member registered by reference; assign through the member instead");
+    child = std::move(module);
+    return;
+  }
+  LOOM_FAIL(type_name(), "::replace_module: no child named '", name, "'");
+}
+
 // ---- traversal ----------------------------------------------------------------------------
 
 void Module::collect_named(NamedTensors& out, const std::string& prefix, bool params, bool recurse,
@@ -141,20 +156,36 @@ NamedModules Module::named_children() const {
   return out;
 }
 
-void Module::collect_modules(NamedModules& out, const std::string& prefix) {
+void Module::collect_modules(std::vector<std::pair<std::string, const Module*>>& out,
+                             const std::string& prefix) const {
+  for (const auto& [name, m] : out)
+    if (m == this) return;
   out.emplace_back(prefix, this);
-  for (auto& [name, child] : children_) child->collect_modules(out, join_name(prefix, name));
+  for (const auto& [name, child] : children_) child->collect_modules(out, join_name(prefix, name));
 }
 
+std::vector<std::pair<std::string, const Module*>> Module::named_modules() const {
+  std::vector<std::pair<std::string, const Module*>> out;
+  collect_modules(out, "");
+  return out;
+}
+
+std::vector<const Module*> Module::modules() const {
+  std::vector<const Module*> out;
+  for (const auto& [name, m] : named_modules()) out.push_back(m);
+  return out;
+}
+
+// The non-const forms hand out mutable pointers to the modules this one owns or references.
 NamedModules Module::named_modules() {
   NamedModules out;
-  collect_modules(out, "");
+  for (const auto& [name, m] : std::as_const(*this).named_modules()) out.emplace_back(name, const_cast<Module*>(m));
   return out;
 }
 
 std::vector<Module*> Module::modules() {
   std::vector<Module*> out;
-  for (auto& [name, m] : named_modules()) out.push_back(m);
+  for (const auto& [name, m] : named_modules()) out.push_back(m);
   return out;
 }
 
@@ -292,17 +323,18 @@ LoadStateDictResult Module::load_state_dict(const StateDict& state, bool strict)
 
 // ---- printing -----------------------------------------------------------------------------
 
-std::string Module::type_name() const {
-  const char* mangled = typeid(*this).name();
+std::string class_name(const std::type_info& type) {
   int status = 0;
-  std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
+  std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(type.name(), nullptr, nullptr, &status),
                                                    std::free);
-  std::string name = status == 0 && demangled ? demangled.get() : mangled;
+  std::string name = status == 0 && demangled ? demangled.get() : type.name();
   // "loom::nn::Linear" -> "Linear"; template arguments keep their namespaces.
   size_t template_start = name.find('<');
   size_t cut = name.rfind("::", template_start);
   return cut == std::string::npos ? name : name.substr(cut + 2);
 }
+
+std::string Module::type_name() const { return class_name(typeid(*this)); }
 
 void Module::print_tree(std::ostream& os, int indent) const {
   os << type_name() << "(" << extra_repr();

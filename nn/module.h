@@ -27,6 +27,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -38,6 +39,10 @@ namespace loom::nn {
 class Module;
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 using NamedModules = std::vector<std::pair<std::string, Module*>>;
+
+// A class's name without namespaces ("Linear" for loom::nn::Linear); template arguments keep
+// theirs. Module::type_name() and the containers' error messages use it.
+std::string class_name(const std::type_info& type);
 
 // What load_state_dict(…, strict=false) could not match.
 struct LoadStateDictResult {
@@ -82,6 +87,12 @@ class Module {
     return module;
   }
 
+  // Swaps the owned child `name` for `module` (fine-tuning a new head, converting layers for
+  // quantization). Throws if there is no such child, or if it was registered as a member:
+  // the parent's member would still be the old layer, so assign through the member instead.
+  // Containers override it to keep their own index in step.
+  virtual void replace_module(const std::string& name, std::shared_ptr<Module> module);
+
   // ---- traversal ---------------------------------------------------------------------------
   // Parameters in registration order: own first, then each child's, depth first. A tensor
   // shared by two modules (a tied embedding) appears once, under its first name.
@@ -91,9 +102,12 @@ class Module {
   NamedTensors named_buffers(bool recurse = true) const;
   std::vector<Module*> children() const;
   NamedModules named_children() const;
-  // This module (name "") and every descendant, depth first.
+  // This module (name "") and every descendant, depth first; a module reachable through two
+  // parents appears once, under its first name (torch's named_modules).
   std::vector<Module*> modules();
   NamedModules named_modules();
+  std::vector<const Module*> modules() const;
+  std::vector<std::pair<std::string, const Module*>> named_modules() const;
   // Total element count of parameters() (shared tensors counted once).
   int64_t num_parameters(bool trainable_only = false) const;
 
@@ -149,7 +163,7 @@ class Module {
   void check_new_name(const std::string& name, const char* what) const;
   void collect_named(NamedTensors& out, const std::string& prefix, bool params, bool recurse,
                      bool persistent_only, std::vector<const TensorImpl*>& seen) const;
-  void collect_modules(NamedModules& out, const std::string& prefix);
+  void collect_modules(std::vector<std::pair<std::string, const Module*>>& out, const std::string& prefix) const;
   void print_tree(std::ostream& os, int indent) const;
   void convert(const std::function<Tensor(const Tensor&)>& fn);
 

@@ -4,21 +4,12 @@
  */
 #include "nn/layers/containers.h"
 
-#include <cxxabi.h>
-
-#include <cstdlib>
-
 namespace loom::nn {
 namespace detail {
 
-std::string class_name(const std::type_info& type) {
-  int status = 0;
-  std::unique_ptr<char, void (*)(void*)> demangled(
-      abi::__cxa_demangle(type.name(), nullptr, nullptr, &status), std::free);
-  std::string name = status == 0 && demangled ? demangled.get() : type.name();
-  // "loom::nn::Linear" -> "Linear", as Module::type_name(); template arguments keep their namespaces.
-  const size_t cut = name.rfind("::", name.find('<'));
-  return cut == std::string::npos ? name : name.substr(cut + 2);
+void IndexedModules::replace_module(const std::string& name, std::shared_ptr<Module> module) {
+  Module::replace_module(name, module);
+  modules_[std::stoul(name)] = std::move(module);  // children are named "0", "1", ...
 }
 
 void IndexedModules::push_back(std::shared_ptr<Module> module) {
@@ -89,6 +80,11 @@ void ModuleDict::throw_wrong_type(const std::string& key, const Module& module,
                                   const std::string& wanted) const {
   LOOM_FAIL("ModuleDict::at<", wanted, ">('", key, "'): the module under that key is a ", module.type_name(),
             ", not a ", wanted);
+}
+
+void ModuleDict::replace_module(const std::string& name, std::shared_ptr<Module> module) {
+  Module::replace_module(name, module);
+  items_[index_.at(name)].second = std::move(module);
 }
 
 }  // namespace loom::nn

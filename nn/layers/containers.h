@@ -29,9 +29,6 @@ namespace loom::nn {
 
 namespace detail {
 
-// The class name without namespaces ("Linear"), for the containers' error messages.
-std::string class_name(const std::type_info& type);
-
 // What Sequential and ModuleList share: an indexed list of owned modules, registered as
 // children "0", "1", ... in order.
 class IndexedModules : public Module {
@@ -64,6 +61,7 @@ class IndexedModules : public Module {
   }
   Iterator begin() const { return modules_.begin(); }
   Iterator end() const { return modules_.end(); }
+  void replace_module(const std::string& name, std::shared_ptr<Module> module) override;
 
  protected:
   IndexedModules() = default;
@@ -135,10 +133,11 @@ class ModuleDict : public Module {
   requires std::derived_from<M, Module> M& at(const std::string& key) const {
     Module& module = (*this)[key];
     auto* typed = dynamic_cast<M*>(&module);
-    if (!typed) throw_wrong_type(key, module, detail::class_name(typeid(M)));
+    if (!typed) throw_wrong_type(key, module, class_name(typeid(M)));
     return *typed;
   }
   std::vector<std::string> keys() const;
+  void replace_module(const std::string& name, std::shared_ptr<Module> module) override;
   size_t size() const { return items_.size(); }
   bool empty() const { return items_.empty(); }
   Iterator begin() const { return items_.begin(); }

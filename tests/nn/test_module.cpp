@@ -512,3 +512,70 @@ TEST_CASE("module/ModuleList and ModuleDict keep order, names and checked access
                        doctest::Contains("the module under that key is a LayerNorm, not a Linear"), Error);
   CHECK(dict.size() == 3);
 }
+
+TEST_CASE("module/replace_module swaps an owned child and refuses a member") {
+  manual_seed(3);
+  nn::Sequential seq(std::make_shared<nn::Linear>(4, 3), std::make_shared<nn::ReLU>());
+  Tensor x = randn({2, 4});
+  auto head = std::make_shared<nn::Linear>(4, 5);
+  seq.replace_module("0", head);
+  CHECK(seq(x).sizes() == IntArrayRef{2, 5});  // forward goes through the new layer
+  CHECK(seq.named_parameters()[0].first == "0.weight");
+  CHECK(seq.named_parameters()[0].second.is_same(head->weight));
+  CHECK_THROWS_WITH_AS(seq.replace_module("7", head), doctest::Contains("no child named '7'"), Error);
+
+  struct Holder : nn::Module {
+    nn::Linear fc{2, 2};
+    Holder() { register_module("fc", fc); }
+  } holder;
+  CHECK_THROWS_WITH_AS(holder.replace_module("fc", std::make_shared<nn::Linear>(2, 2)),
+                       doctest::Contains("assign through the member"), Error);
+}
+
+TEST_CASE("module/named_modules lists a module shared by two parents once") {
+  auto shared = std::make_shared<nn::Linear>(2, 2);
+  nn::Sequential a(shared, std::make_shared<nn::ReLU>(), shared);
+  const nn::Module& view = a;
+  std::vector<std::string> names;
+  for (const auto& [name, module] : view.named_modules()) names.push_back(name);
+  CHECK(names == std::vector<std::string>{"", "0", "1"});
+  CHECK(a.modules().size() == 3);
+  CHECK(a.parameters().size() == 2);
+}
+
+TEST_CASE("module/replace_module keeps ModuleList and ModuleDict indexing in step") {
+  nn::ModuleList list;
+  list.push_back(std::make_shared<nn::ReLU>());
+  list.replace_module("0", std::make_shared<nn::Tanh>());
+  CHECK(list[0].type_name() == "Tanh");
+  nn::ModuleDict dict;
+  dict.insert("act", std::make_shared<nn::ReLU>());
+  dict.replace_module("act", std::make_shared<nn::SiLU>());
+  CHECK(dict["act"].type_name() == "SiLU");
+  CHECK(dict.named_children()[0].second->type_name() == "SiLU");
+}
+
+namespace {
+// The model of docs/nn.md, "Writing a model", verbatim.
+struct DocsNet : nn::Module {
+  nn::Conv2d conv{1, 16, 3, {.padding = 1}};
+  nn::BatchNorm2d bn{16};
+  nn::Linear fc{16 * 14 * 14, 10};
+  DocsNet() {
+    register_module("conv", conv);
+    register_module("bn", bn);
+    register_module("fc", fc);
+  }
+  Tensor forward(const Tensor& x) override {  // [N, 1, 28, 28] -> [N, 10]
+    Tensor h = max_pool2d(bn(conv(x)).relu(), {2, 2});
+    return fc(h.flatten(1));
+  }
+};
+}  // namespace
+
+TEST_CASE("module/the docs/nn.md example builds, runs and prints") {
+  DocsNet net;
+  CHECK(net(randn({2, 1, 28, 28})).sizes() == IntArrayRef{2, 10});
+  CHECK(net.num_parameters() == 16 * 9 + 16 + 2 * 16 + 16 * 14 * 14 * 10 + 10);
+  CHECK(net.to_string().starts_with("DocsNet(\n  (conv): Conv2d("));
+}
