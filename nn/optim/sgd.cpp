@@ -60,7 +60,8 @@ void sgd_loop(const SgdItem& item, int64_t begin, int64_t end) {
   // Negation by multiplying with -1 is exact, so maximize costs no branch in the loop.
   const T sign = h.maximize ? T(-1) : T(1);
   const T wd = static_cast<T>(h.weight_decay), mom = static_cast<T>(h.momentum);
-  const T keep = static_cast<T>(1.0 - h.dampening), neg_lr = static_cast<T>(-h.lr);
+  [[maybe_unused]] const T keep = static_cast<T>(1.0 - h.dampening);
+  const T neg_lr = static_cast<T>(-h.lr);
   for (int64_t i = begin; i < end; ++i) {
     T d = sign * g[i];
     if constexpr ((kTerms & kWeightDecay) != 0) d = d + wd * p[i];
