@@ -1,0 +1,151 @@
+/*
+ * ProcessGroup: a set of processes (ranks 0 .. size-1) that exchange tensors. One process per
+ * device, started by `mpirun -np N program`; that is how a job runs on one machine or many.
+ *
+ * Every collective exists in two forms: a blocking one (`all_reduce(t)`) and an asynchronous one
+ * (`all_reduce_async(t)`) that returns a Work to wait() on, so that communication can overlap
+ * computation (DDP all-reduces gradient buckets while backward still runs). Tensors are
+ * handles: the results are written into the storage of the tensors passed in, as torch.distributed.
+ *
+ * Backends (chosen at run time by init_process_group): MPI for CPU tensors (distributed/mpi/),
+ * NCCL for CUDA tensors (distributed/nccl/, bootstrapped over MPI). For teaching and checking,
+ * all_reduce, all_gather and reduce_scatter can also run as the textbook ring algorithms written
+ * over send/recv (distributed/ring.h): set_algorithm(Algorithm::Ring). The ring counts the bytes
+ * each rank sends, which shows the 2(N-1)/N traffic factor of a ring all-reduce.
+ *
+ * Every operation has a timeout (set_timeout, default 5 minutes): a collective that does not
+ * complete in time throws loom::Error naming the operation, the group and the rank, instead of
+ * hanging. The process cannot then continue safely (the other ranks may be inside the
+ * collective); abort_job() ends every rank of the job with a non-zero exit.
+ *
+ * Shapes: all_gather and reduce_scatter use one flat "concatenated along dim 0" tensor for the
+ * size pieces, as torch's all_gather_into_tensor / reduce_scatter_tensor:
+ *   all_gather(input [n, *], output [size * n, *]),  reduce_scatter(input [size * n, *], output [n, *]),
+ *   scatter(input [size * n, *] on root, output [n, *]),  gather(input [n, *], output [size * n, *] on root),
+ *   all_to_all(input [size * n, *], output [size * n, *]): block i of the input goes to rank i.
+ * All tensors must be contiguous, of one dtype, on the backend's device type; errors name the
+ * operation, the shapes and the rank.
+ */
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace loom::distributed {
+
+enum class ReduceOp { Sum, Avg, Max, Min };
+// Native: the backend's own collective. Ring: reduce-scatter + all-gather over send/recv.
+enum class Algorithm { Native, Ring };
+
+// The handle of an asynchronous operation.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until the operation completed. Throws loom::Error if it failed or did not complete
+  // within the group's timeout (the message names the operation, the group and the rank).
+  virtual void wait() = 0;
+  // Non-blocking test.
+  virtual bool is_completed() = 0;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+// Bytes this rank sent through a group, by the ring algorithms and point-to-point sends.
+struct CommStats {
+  uint64_t bytes_sent = 0;
+  uint64_t messages_sent = 0;
+};
+
+class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
+ public:
+  virtual ~ProcessGroup() = default;
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // The ranks of this group's members in the world group (member i is world rank ranks()[i]).
+  const std::vector<int>& world_ranks() const { return world_ranks_; }
+  virtual std::string backend_name() const = 0;  // "mpi", "nccl"
+
+  // ---- asynchronous collectives ----------------------------------------------------------
+  virtual WorkPtr broadcast_async(const Tensor& tensor, int root) = 0;
+  virtual WorkPtr reduce_async(const Tensor& tensor, int root, ReduceOp op = ReduceOp::Sum) = 0;
+  WorkPtr all_reduce_async(const Tensor& tensor, ReduceOp op = ReduceOp::Sum);
+  WorkPtr all_gather_async(const Tensor& input, const Tensor& output);
+  WorkPtr reduce_scatter_async(const Tensor& input, const Tensor& output, ReduceOp op = ReduceOp::Sum);
+  virtual WorkPtr scatter_async(const Tensor& input, const Tensor& output, int root) = 0;
+  virtual WorkPtr gather_async(const Tensor& input, const Tensor& output, int root) = 0;
+  virtual WorkPtr all_to_all_async(const Tensor& input, const Tensor& output) = 0;
+  virtual WorkPtr send_async(const Tensor& tensor, int dst, int tag = 0) = 0;
+  virtual WorkPtr recv_async(const Tensor& tensor, int src, int tag = 0) = 0;
+  virtual WorkPtr barrier_async() = 0;
+
+  // ---- blocking forms: the async form, then wait() -----------------------------------------
+  void broadcast(const Tensor& tensor, int root) { broadcast_async(tensor, root)->wait(); }
+  void reduce(const Tensor& tensor, int root, ReduceOp op = ReduceOp::Sum) { reduce_async(tensor, root, op)->wait(); }
+  void all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::Sum) { all_reduce_async(tensor, op)->wait(); }
+  void all_gather(const Tensor& input, const Tensor& output) { all_gather_async(input, output)->wait(); }
+  void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op = ReduceOp::Sum) {
+    reduce_scatter_async(input, output, op)->wait();
+  }
+  void scatter(const Tensor& input, const Tensor& output, int root) { scatter_async(input, output, root)->wait(); }
+  void gather(const Tensor& input, const Tensor& output, int root) { gather_async(input, output, root)->wait(); }
+  void all_to_all(const Tensor& input, const Tensor& output) { all_to_all_async(input, output)->wait(); }
+  void send(const Tensor& tensor, int dst, int tag = 0) { send_async(tensor, dst, tag)->wait(); }
+  void recv(const Tensor& tensor, int src, int tag = 0) { recv_async(tensor, src, tag)->wait(); }
+  void barrier() { barrier_async()->wait(); }
+
+  // A group of the members with these ranks (ranks of *this* group, in the order given).
+  // Collective: every member of this group must call it with the same list. Returns nullptr on
+  // the members that are not in the list. Throws on duplicates or out-of-range ranks.
+  virtual std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) = 0;
+
+  void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  void set_algorithm(Algorithm algorithm) { algorithm_ = algorithm; }
+  Algorithm algorithm() const { return algorithm_; }
+  CommStats stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+  // "mpi group of 4 (world ranks 0,1,2,3), rank 1": for error messages.
+  std::string describe() const;
+
+ protected:
+  ProcessGroup(int rank, int size, std::vector<int> world_ranks);
+
+  // The backend's own all-reduce, all-gather and reduce-scatter (Algorithm::Native).
+  virtual WorkPtr native_all_reduce_async(const Tensor& tensor, ReduceOp op) = 0;
+  virtual WorkPtr native_all_gather_async(const Tensor& input, const Tensor& output) = 0;
+  virtual WorkPtr native_reduce_scatter_async(const Tensor& input, const Tensor& output, ReduceOp op) = 0;
+
+  // Point-to-point traffic, counted by send_async implementations.
+  void count_sent(uint64_t bytes) {
+    stats_.bytes_sent += bytes;
+    ++stats_.messages_sent;
+  }
+
+ private:
+  int rank_, size_;
+  std::vector<int> world_ranks_;
+  std::chrono::milliseconds timeout_{std::chrono::minutes(5)};
+  Algorithm algorithm_ = Algorithm::Native;
+  CommStats stats_;
+};
+
+enum class Backend { Auto, Mpi, Nccl };
+
+// Initialises MPI (once per process; thread level MPI_THREAD_MULTIPLE or SERIALIZED, see the
+// backend) and returns the world group: Mpi for CPU tensors, Nccl for CUDA tensors (one GPU
+// per rank: rank r uses device r % device_count), Auto = Nccl when built with NCCL and a GPU is
+// present, else Mpi. Throws loom::Error when the backend is not built or not usable here.
+std::shared_ptr<ProcessGroup> init_process_group(Backend backend = Backend::Auto);
+
+// Ends the whole job with a non-zero exit after printing `message` (MPI_Abort): what a rank
+// does when a collective failed or timed out, since the other ranks may be waiting in it.
+[[noreturn]] void abort_job(const std::string& message, int exit_code = 1);
+
+}  // namespace loom::distributed

@@ -1,0 +1,84 @@
+/*
+ * The main of the multi-process test suites: initialises MPI, runs doctest on every rank, then
+ * fails on every rank if any rank failed.
+ *
+ * Output: rank 0 prints doctest's normal report. The other ranks capture theirs and print it
+ * only when they had failures, each line prefixed with "[rank r] ", so that a failure seen by
+ * one rank only is neither lost nor printed N times.
+ */
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <exception>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include "distributed/process_group.h"
+#include "ops/ops.h"
+#include "tests/distributed/mpi_test_util.h"
+
+namespace loom::test {
+namespace {
+std::shared_ptr<distributed::ProcessGroup> g_world;
+}  // namespace
+
+std::shared_ptr<distributed::ProcessGroup> world() {
+  LOOM_CHECK(g_world != nullptr, "loom::test::world(): called before mpi_test_main initialised MPI");
+  return g_world;
+}
+
+void print_skipped(const std::string& reason) {
+  if (world()->rank() == 0) std::cout << "[skipped: " << reason << "]" << std::endl;
+}
+
+}  // namespace loom::test
+
+int main(int argc, char** argv) {
+  using namespace loom;
+  using namespace loom::distributed;
+  std::shared_ptr<ProcessGroup> world;
+  try {
+    world = init_process_group(Backend::Mpi);
+  } catch (const std::exception& e) {
+    std::cerr << "mpi_test_main: " << e.what() << std::endl;
+    return 1;
+  }
+  world->set_timeout(test::kTestTimeout);
+  test::g_world = world;
+  const int rank = world->rank();
+
+  doctest::Context context;
+  context.applyCommandLine(argc, argv);
+  std::ostringstream captured;
+  if (rank != 0) {
+    context.setCout(&captured);
+    context.setOption("no-colors", true);  // the captured text is printed with a prefix, maybe to a file
+  }
+  const int result = context.run();
+  if (context.shouldExit()) return result;  // --help, --list-test-cases: the same on every rank
+
+  if (rank != 0 && result != 0) {
+    std::istringstream lines(captured.str());
+    std::ostringstream prefixed;
+    for (std::string line; std::getline(lines, line);) prefixed << "[rank " << rank << "] " << line << '\n';
+    std::cout << prefixed.str() << std::flush;
+  }
+
+  // How many ranks failed. Waits for every rank to finish its tests; a test may have changed
+  // the world's timeout, so it is set again.
+  world->set_timeout(test::kTestTimeout);
+  Tensor failed = full({1}, result != 0 ? 1 : 0, kInt32);
+  try {
+    world->all_reduce(failed);
+  } catch (const std::exception& e) {
+    // A rank died or is stuck in an earlier collective: no agreement is possible.
+    abort_job(std::string("mpi_test_main: the final failure count did not complete: ") + e.what());
+  }
+  const int failed_ranks = failed.item<int>();
+  if (rank == 0 && failed_ranks > 0)
+    std::cout << "mpi_test_main: " << failed_ranks << " of " << world->size() << " ranks had failing tests"
+              << std::endl;
+  test::g_world.reset();
+  return failed_ranks > 0 ? 1 : 0;
+}

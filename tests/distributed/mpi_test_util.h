@@ -1,0 +1,31 @@
+/*
+ * What the multi-process test suites (tests/distributed/test_<topic>.cpp) share: the world
+ * group, made by their main (mpi_test_main.cpp) before any test runs.
+ *
+ * Every TEST_CASE runs on every rank, so it must be collective: all ranks call the same
+ * collectives in the same order. Prefer CHECK to REQUIRE between collectives: a REQUIRE that
+ * fails on one rank leaves the test case there, and the other ranks then wait in the next
+ * collective until the world's timeout (kTestTimeout) turns the hang into a failure.
+ */
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "distributed/process_group.h"
+
+namespace loom::test {
+
+// Set on the world group by the main, and again before its final check: one collective
+// waiting longer than this fails instead of hanging until CTest's 180 s limit.
+inline constexpr std::chrono::milliseconds kTestTimeout{60000};
+
+// The world group of the MPI backend (all ranks of the mpirun job), shared by all tests.
+std::shared_ptr<distributed::ProcessGroup> world();
+
+// Prints "[skipped: <reason>]" on rank 0, the marker that makes CTest report the test as
+// skipped (reason: letters, digits, spaces and '/'). Every rank should then skip the test.
+void print_skipped(const std::string& reason);
+
+}  // namespace loom::test
