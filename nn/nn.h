@@ -5,6 +5,7 @@
  */
 #pragma once
 
+#include "autograd/autograd.h"  // the tensor API, factories and ops, gradients (as torch/torch.h)
 #include "nn/amp/amp.h"
 #include "nn/init.h"
 #include "nn/layers/layers.h"
@@ -14,3 +15,4 @@
 #include "nn/optim/optim.h"
 #include "nn/serialize/serialize.h"
 #include "nn/state_dict.h"
+#include "nn/training_state.h"
