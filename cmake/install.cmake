@@ -26,8 +26,6 @@ foreach(layer core ops autograd nn data distributed)
 endforeach()
 install(EXPORT LoomTargets NAMESPACE Loom:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/Loom)
 
-set(LOOM_INSTALLED_WITH_CUDA ${LOOM_CUDA_ENABLED})
-set(LOOM_INSTALLED_WITH_MPI $<BOOL:$<TARGET_EXISTS:loom_distributed>>)
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/LoomConfig.cmake.in
                               ${CMAKE_CURRENT_BINARY_DIR}/LoomConfig.cmake
                               INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/Loom)
