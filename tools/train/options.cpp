@@ -1,0 +1,276 @@
+/*
+ * Command-line parsing for `train` (CLI11). A --config FILE.json is merged by turning its keys
+ * into flags placed before the real command line, with every option taking the last value it
+ * is given: so the file supplies values and the command line overrides them, with one parser
+ * and one set of checks for both.
+ */
+#include "tools/train/options.h"
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace loom::train {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void fail(const std::string& message) {
+  throw Error(message);
+}
+
+// The flags that exist so that scripts can already name them, each with the issue it lands with.
+struct NotYet {
+  const char* flag;
+  const char* issue;
+};
+constexpr NotYet kNotYet[] = {
+    {"--dp", "the data-parallel (DDP) issue"},
+    {"--tp", "the tensor/pipeline parallelism issue"},
+    {"--pp", "the tensor/pipeline parallelism issue"},
+    {"--microbatches", "the tensor/pipeline parallelism issue"},
+    {"--pipeline-schedule", "the tensor/pipeline parallelism issue"},
+    {"--zero", "the ZeRO optimizer-sharding issue"},
+    {"--teacher", "the quantization/distillation issue"},
+};
+
+std::string flag_of(const std::string& key) {
+  std::string flag = "--" + key;
+  for (char& c : flag)
+    if (c == '_') c = '-';
+  return flag;
+}
+
+json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail("cannot read config file '" + path + "': check the path");
+  try {
+    json j = json::parse(in);
+    if (!j.is_object()) fail("config file '" + path + "' must hold one JSON object of option: value pairs");
+    return j;
+  } catch (const json::exception& e) {
+    fail("config file '" + path + "' is not valid JSON (" + e.what() + ")");
+  }
+}
+
+// The value after `name` in argv ("--name VALUE" or "--name=VALUE"), if given.
+std::optional<std::string> prescan(int argc, const char* const* argv, const std::string& name) {
+  std::optional<std::string> value;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == name && i + 1 < argc)
+      value = argv[++i];
+    else if (arg.rfind(name + "=", 0) == 0)
+      value = arg.substr(name.size() + 1);
+  }
+  return value;
+}
+
+// A config file's entries as flags, checked against the parser's options.
+std::vector<std::string> config_args(const json& config, const std::string& path, CLI::App& app) {
+  std::vector<std::string> args;
+  for (const auto& [key, value] : config.items()) {
+    // Where a run is and how it was started are not settings to repeat.
+    if (key == "config" || key == "resume" || key == "out" || key == "force" || key == "max-steps") continue;
+    std::string flag = flag_of(key);
+    CLI::Option* option = app.get_option_no_throw(flag);
+    if (option == nullptr)
+      fail("config file '" + path + "': unknown option '" + key + "' (see train --help)");
+    if (value.is_boolean()) {
+      if (value.get<bool>()) args.push_back(flag);
+    } else if (value.is_string()) {
+      // An empty string is every such option's "not set"; "--trace=" would take the next flag.
+      if (!value.get<std::string>().empty()) args.push_back(flag + "=" + value.get<std::string>());
+    } else if (value.is_number()) {
+      args.push_back(flag + "=" + value.dump());
+    } else {
+      fail("config file '" + path + "': option '" + key + "' must be a string, number or boolean");
+    }
+  }
+  return args;
+}
+
+}  // namespace
+
+std::vector<int64_t> parse_hidden(const std::string& hidden) {
+  std::vector<int64_t> sizes;
+  std::stringstream in(hidden);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    int64_t size = 0;
+    try {
+      size = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || item.empty() || size <= 0)
+      fail("--hidden: expected positive layer sizes separated by commas (e.g. 512,512), got '" + hidden +
+           "'");
+    sizes.push_back(size);
+  }
+  return sizes;
+}
+
+ParseOutcome parse_options(int argc, const char* const* argv) {
+  TrainOptions o;
+  CLI::App app("Trains a model from the Loom zoo on an HDF5 dataset (see docs/train.md).", "train");
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->always_capture_default();
+  app.get_formatter()->column_width(34);
+
+  app.add_option("--model", o.model, "Model: mlp, cnn (SmallCNN), resnet (CIFAR ResNet) or gpt")
+      ->check(CLI::IsMember({"mlp", "cnn", "resnet", "gpt"}));
+  app.add_option("--hidden", o.hidden, "mlp: hidden layer sizes, comma-separated");
+  app.add_option("--blocks", o.blocks, "resnet: blocks per stage (1: ResNet-8, 3: ResNet-20)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--layers", o.layers, "gpt: transformer blocks")->check(CLI::PositiveNumber);
+  app.add_option("--heads", o.heads, "gpt: attention heads (must divide --d-model)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--d-model", o.d_model, "gpt: embedding width")->check(CLI::PositiveNumber);
+  app.add_option("--context", o.context, "gpt: tokens per training window")->check(CLI::PositiveNumber);
+
+  app.add_option("--data", o.data,
+                 "Training set, an HDF5 file from make_dataset (required unless --generate)");
+  app.add_option("--val", o.val, "Validation set (HDF5), evaluated after every epoch");
+  app.add_option("--workers", o.workers, "Data-loader worker threads (0: load on the training thread)")
+      ->check(CLI::NonNegativeNumber);
+
+  app.add_option("--epochs", o.epochs, "Passes over the training set")->check(CLI::PositiveNumber);
+  app.add_option("--batch", o.batch, "Examples per micro-batch")->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.lr, "Peak learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--optimizer", o.optimizer, "sgd, adam or adamw")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  app.add_option("--momentum", o.momentum, "sgd: momentum")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--weight-decay", o.weight_decay, "L2 penalty (sgd, adam) or decoupled decay (adamw)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--schedule", o.schedule,
+                 "LR schedule over the whole run: none, cosine (with --warmup), step (x0.1 at 1/3 and 2/3), "
+                 "linear (decay to 0) or onecycle")
+      ->check(CLI::IsMember({"none", "cosine", "step", "linear", "onecycle"}));
+  app.add_option("--warmup", o.warmup, "cosine: linear warm-up steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--amp", o.amp,
+                 "Mixed precision: none, bf16 (autocast), or fp16 (autocast + dynamic loss scaling; "
+                 "the CPU kernels run float16 too)")
+      ->check(CLI::IsMember({"none", "bf16", "fp16"}));
+  app.add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step (loss divided by it)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--clip", o.clip, "Clip the gradient norm to this (0: no clipping)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", o.seed, "Seeds initialisation, shuffling and dropout");
+  app.add_option("--max-steps", o.max_steps, "Stop after this many optimizer steps in all (0: no limit)")
+      ->check(CLI::NonNegativeNumber);
+
+  app.add_option("--out", o.out, "Run directory: config.json, metrics.jsonl, checkpoints, report.html");
+  app.add_option("--config", o.config, "JSON file of option values; flags on the command line override them");
+  app.add_option("--resume", o.resume,
+                 "Continue the run in this directory from its latest checkpoint (its config.json gives the "
+                 "options; flags override, e.g. --epochs)");
+  app.add_flag("--force", o.force,
+               "Train into a run directory that holds another run (replaces Loom's files)");
+  app.add_option("--log-every", o.log_every, "Steps between metrics lines")->check(CLI::PositiveNumber);
+  app.add_option("--checkpoint-every", o.checkpoint_every, "Steps between checkpoints (0: only at the end)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", o.threads, "Compute threads (0: every core)")->check(CLI::NonNegativeNumber);
+  app.add_option("--trace", o.trace,
+                 "Write a Chrome trace (chrome://tracing, Perfetto) of the run to this file");
+
+  app.add_flag("--generate", o.generate,
+               "Sample text from the GPT checkpoint in --out (or --resume) instead");
+  app.add_option("--prompt", o.prompt, "--generate: the text to continue")->default_str("\\n");
+  app.add_option("--tokens", o.tokens, "--generate: tokens to sample")->check(CLI::PositiveNumber);
+  app.add_option("--temperature", o.temperature, "--generate: softmax temperature")
+      ->check(CLI::PositiveNumber);
+
+  auto not_yet = app.add_option_group("Not available yet");
+  not_yet->add_option("--dp", o.dp, "Data-parallel ranks");
+  not_yet->add_option("--tp", o.tp, "Tensor-parallel ranks");
+  not_yet->add_option("--pp", o.pp, "Pipeline stages");
+  not_yet->add_option("--microbatches", o.microbatches, "Pipeline micro-batches");
+  not_yet->add_option("--pipeline-schedule", o.pipeline_schedule, "Pipeline schedule (gpipe, 1f1b)");
+  not_yet->add_option("--zero", o.zero, "ZeRO stage");
+  not_yet->add_option("--teacher", o.teacher, "Teacher checkpoint for distillation");
+
+  // The config file's values go first so that the command line's come last and win.
+  std::vector<std::string> args;
+  std::optional<std::string> config_path = prescan(argc, argv, "--config");
+  std::optional<std::string> resume_dir = prescan(argc, argv, "--resume");
+  if (!config_path && resume_dir) {
+    std::string run_config = (std::filesystem::path(*resume_dir) / "config.json").string();
+    if (!std::filesystem::exists(run_config))
+      fail("--resume " + *resume_dir + ": no config.json there; is it a run directory written by train?");
+    config_path = run_config;
+  }
+  if (config_path) args = config_args(read_json_file(*config_path), *config_path, app);
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+
+  try {
+    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 pops from the back
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    return {std::nullopt, 0, app.help()};
+  } catch (const CLI::ParseError& e) {
+    fail(std::string(e.what()) + " (see train --help)");
+  }
+  for (const NotYet& n : kNotYet)
+    if (app.get_option(n.flag)->count() > 0)
+      fail(std::string(n.flag) + ": not available yet: lands with " + n.issue);
+  if (resume_dir && o.out.empty()) o.out = *resume_dir;
+  if (resume_dir && o.out != *resume_dir)
+    fail("--resume " + *resume_dir + " with --out " + o.out +
+         ": a resumed run continues in its own directory");
+  validate(o);
+  return {o, 0, {}};
+}
+
+void validate(const TrainOptions& o) {
+  if (o.generate) {
+    if (o.out.empty() && o.resume.empty())
+      fail("--generate needs the run directory of a GPT run: --out RUN_DIR");
+    return;
+  }
+  if (o.data.empty())
+    fail("--data TRAIN.h5 is required (make one with: make_dataset fashion-mnist --out data/)");
+  if (o.out.empty()) fail("--out RUN_DIR is required: where config.json, metrics and checkpoints go");
+  if (o.model == "mlp") parse_hidden(o.hidden);
+  if (o.model == "gpt" && o.d_model % o.heads != 0)
+    fail("--d-model " + std::to_string(o.d_model) + " is not divisible by --heads " +
+         std::to_string(o.heads));
+  if (o.schedule == "cosine" && o.warmup < 0) fail("--warmup must be >= 0");
+}
+
+nlohmann::json to_json(const TrainOptions& o) {
+  json j;
+  j["model"] = o.model;
+  j["hidden"] = o.hidden;
+  j["blocks"] = o.blocks;
+  j["layers"] = o.layers;
+  j["heads"] = o.heads;
+  j["d-model"] = o.d_model;
+  j["context"] = o.context;
+  j["data"] = o.data;
+  j["val"] = o.val;
+  j["workers"] = o.workers;
+  j["epochs"] = o.epochs;
+  j["batch"] = o.batch;
+  j["lr"] = o.lr;
+  j["optimizer"] = o.optimizer;
+  j["momentum"] = o.momentum;
+  j["weight-decay"] = o.weight_decay;
+  j["schedule"] = o.schedule;
+  j["warmup"] = o.warmup;
+  j["amp"] = o.amp;
+  j["grad-accum"] = o.grad_accum;
+  j["clip"] = o.clip;
+  j["seed"] = o.seed;
+  j["out"] = o.out;
+  j["log-every"] = o.log_every;
+  j["checkpoint-every"] = o.checkpoint_every;
+  j["threads"] = o.threads;
+  j["trace"] = o.trace;
+  return j;
+}
+
+}  // namespace loom::train

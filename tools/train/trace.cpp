@@ -1,0 +1,132 @@
+/*
+ * The Chrome trace writer (see trace.h). Events are kept in memory and serialised with
+ * nlohmann::json at write(), which takes care of escaping names.
+ */
+#include "tools/train/trace.h"
+
+#include <cmath>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "nn/serialize/atomic_file.h"
+
+namespace loom::train {
+
+Trace::Trace(std::filesystem::path out)
+    : enabled_(true), path_(std::move(out)), start_(std::chrono::steady_clock::now()) {
+  LOOM_CHECK(!path_.empty(), "trace: the output path is empty; pass --trace FILE or leave tracing off");
+}
+
+double Trace::now_us() const {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_).count();
+}
+
+int Trace::tid_locked() {
+  auto [it, inserted] = tids_.try_emplace(std::this_thread::get_id(), static_cast<int>(tids_.size()) + 1);
+  return it->second;
+}
+
+void Trace::begin(std::string name, std::string category) {
+  if (!enabled_) return;
+  double ts = now_us();
+  std::lock_guard lock(mutex_);
+  tid_locked();
+  open_[std::this_thread::get_id()].push_back({std::move(name), std::move(category), ts});
+}
+
+void Trace::end() {
+  if (!enabled_) return;
+  double ts = now_us();
+  std::lock_guard lock(mutex_);
+  auto& stack = open_[std::this_thread::get_id()];
+  LOOM_CHECK(!stack.empty(), "trace: end() without a matching begin() on this thread");
+  Open o = std::move(stack.back());
+  stack.pop_back();
+  Event e;
+  e.ph = 'X';
+  e.name = std::move(o.name);
+  e.category = std::move(o.category);
+  e.ts_us = o.ts_us;
+  e.dur_us = ts - o.ts_us;
+  e.tid = tid_locked();
+  events_.push_back(std::move(e));
+}
+
+Trace::Scope::Scope(Trace& trace, std::string name, std::string category) : trace_(trace) {
+  trace_.begin(std::move(name), std::move(category));
+}
+
+Trace::Scope::~Scope() {
+  // end() only throws on a begin/end mismatch, which a Scope cannot cause by itself; never let
+  // it escape a destructor (that would terminate while another exception is in flight).
+  try {
+    trace_.end();
+  } catch (...) {
+  }
+}
+
+void Trace::counter(const std::string& name, double value) {
+  if (!enabled_ || !std::isfinite(value)) return;
+  double ts = now_us();
+  std::lock_guard lock(mutex_);
+  Event e;
+  e.ph = 'C';
+  e.name = name;
+  e.arg_key = name;
+  e.value = value;
+  e.ts_us = ts;
+  e.tid = tid_locked();
+  events_.push_back(std::move(e));
+}
+
+void Trace::set_thread_name(const std::string& name) {
+  if (!enabled_) return;
+  std::lock_guard lock(mutex_);
+  Event e;
+  e.ph = 'M';
+  e.name = "thread_name";
+  e.arg_key = "name";
+  e.text = name;
+  e.tid = tid_locked();
+  events_.push_back(std::move(e));
+}
+
+size_t Trace::event_count() const {
+  std::lock_guard lock(mutex_);
+  return events_.size();
+}
+
+void Trace::write() const {
+  if (!enabled_) return;
+  const int pid = static_cast<int>(::getpid());
+  nlohmann::json events = nlohmann::json::array();
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0},
+                    {"args", {{"name", "train"}}}});
+  {
+    std::lock_guard lock(mutex_);
+    for (const Event& e : events_) {
+      nlohmann::json j = {{"name", e.name}, {"ph", std::string(1, e.ph)}, {"pid", pid}, {"tid", e.tid}};
+      switch (e.ph) {
+        case 'X':
+          j["cat"] = e.category.empty() ? "train" : e.category;
+          j["ts"] = e.ts_us;
+          j["dur"] = e.dur_us;
+          break;
+        case 'C':
+          j["ts"] = e.ts_us;
+          j["args"] = {{e.arg_key, e.value}};
+          break;
+        default:  // 'M'
+          j["args"] = {{e.arg_key, e.text}};
+          break;
+      }
+      events.push_back(std::move(j));
+    }
+  }
+  nlohmann::json doc = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
+  nn::write_file_atomically(path_, doc.dump() + "\n");
+}
+
+}  // namespace loom::train

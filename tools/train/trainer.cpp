@@ -1,0 +1,627 @@
+/*
+ * The training loop of `train` (see trainer.h). Everything that a resumed run needs to
+ * continue bit-exactly is either rebuilt from the options in the same order (model, optimizer,
+ * schedule, loaders) or restored from the checkpoint (their states, the random generator, the
+ * loader's position, the loss scaler).
+ */
+#include "tools/train/trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/autocast.h"
+#include "core/grad_mode.h"
+#include "core/parallel.h"
+#include "data/data.h"
+#include "nn/nn.h"
+#include "nn/training_state.h"
+#include "ops/ops.h"
+#include "tools/train/report.h"
+#include "tools/train/trace.h"
+
+namespace loom::train {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+[[noreturn]] void fail(const std::string& message) {
+  throw Error(message);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data
+
+struct Data {
+  bool tokens = false;  // a token stream (GPT) rather than labelled images
+  std::shared_ptr<data::Dataset> train, val;
+  data::TransformPtr train_transform, val_transform;
+  int64_t channels = 0, height = 0, width = 0, classes = 0;  // images
+  int64_t vocab = 0;                                         // tokens
+};
+
+bool is_token_file(const std::string& path, const char* flag) {
+  if (!fs::exists(path)) fail(std::string(flag) + " " + path + ": no such file (make one with make_dataset)");
+  auto file = data::Hdf5File::open(path);
+  if (file->has_dataset("tokens")) return true;
+  if (file->has_dataset("images")) return false;
+  fail(std::string(flag) + " " + path +
+       ": neither /images nor /tokens in it; is it a file from make_dataset?");
+}
+
+// Per-channel mean and std of (up to) the first 10,000 training images in [0, 1], so that the
+// model sees inputs of mean 0 and std 1 whatever the dataset (Fashion-MNIST: 0.286, 0.353).
+std::pair<std::vector<float>, std::vector<float>> channel_stats(const data::Hdf5ImageDataset& set) {
+  int64_t n = std::min<int64_t>(set.size(), 10000);
+  Tensor x = set.images(0, n).to(DType::Float32).div(255.0);
+  x = x.reshape({n, set.channels(), set.height() * set.width()});
+  Tensor mean = x.mean({0, 2}), std = x.std({0, 2});
+  std::vector<float> m, s;
+  for (int64_t c = 0; c < set.channels(); ++c) {
+    m.push_back(static_cast<float>(mean.select(0, c).item<double>()));
+    s.push_back(std::max(1e-3f, static_cast<float>(std.select(0, c).item<double>())));
+  }
+  return {m, s};
+}
+
+Data load_data(const TrainOptions& o) {
+  Data d;
+  d.tokens = is_token_file(o.data, "--data");
+  if (!o.val.empty() && is_token_file(o.val, "--val") != d.tokens)
+    fail("--val " + o.val + " holds " + (d.tokens ? "images" : "tokens") + " but --data holds " +
+         (d.tokens ? "tokens" : "images"));
+  if (d.tokens != (o.model == "gpt"))
+    fail("--model " + o.model + " needs " + (o.model == "gpt" ? "a token" : "an image") + " dataset, but " +
+         o.data + " holds " +
+         (d.tokens ? "tokens (use --model gpt)" : "images (use --model mlp, cnn or resnet)"));
+  if (d.tokens) {
+    // Training examples are 2T-token blocks every T tokens, cut by RandomTokenWindow into a
+    // random T-token input and its next-token target; validation blocks are exactly T + 1 tokens,
+    // so their windows are fixed.
+    const int64_t t = o.context;
+    auto train = std::make_shared<data::Hdf5TokenDataset>(
+        o.data, data::Hdf5TokenOptions{.block_size = 2 * t, .stride = t});
+    d.vocab = train->vocab_size();
+    d.train = train;
+    d.train_transform = std::make_shared<data::RandomTokenWindow>(t);
+    if (!o.val.empty()) {
+      auto val = std::make_shared<data::Hdf5TokenDataset>(
+          o.val, data::Hdf5TokenOptions{.block_size = t + 1, .stride = t});
+      if (val->vocab_size() != d.vocab)
+        fail("--val " + o.val + " has a vocabulary of " + std::to_string(val->vocab_size()) +
+             " tokens, --data " + std::to_string(d.vocab));
+      d.val = val;
+      d.val_transform = std::make_shared<data::RandomTokenWindow>(t);
+    }
+    return d;
+  }
+  auto train = std::make_shared<data::Hdf5ImageDataset>(o.data);
+  d.channels = train->channels();
+  d.height = train->height();
+  d.width = train->width();
+  d.classes = train->num_classes();
+  auto [mean, std] = channel_stats(*train);
+  d.train_transform = d.val_transform = std::make_shared<data::Normalize>(mean, std);
+  d.train = train;
+  if (!o.val.empty()) {
+    auto val = std::make_shared<data::Hdf5ImageDataset>(o.val);
+    if (val->channels() != d.channels || val->height() != d.height || val->width() != d.width)
+      fail("--val " + o.val + " holds images of another shape than --data " + o.data);
+    d.val = val;
+  }
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model, optimizer, schedule
+
+std::shared_ptr<nn::Module> make_model(const TrainOptions& o, const Data& d) {
+  if (o.model == "gpt") {
+    return std::make_shared<nn::GPT>(nn::GPTConfig{.vocab_size = d.vocab,
+                                                   .context = o.context,
+                                                   .n_layers = o.layers,
+                                                   .n_heads = o.heads,
+                                                   .d_model = o.d_model});
+  }
+  if (o.model == "mlp") {
+    std::vector<int64_t> sizes{d.channels * d.height * d.width};
+    for (int64_t h : parse_hidden(o.hidden)) sizes.push_back(h);
+    sizes.push_back(d.classes);
+    return std::make_shared<nn::MLP>(sizes);
+  }
+  if (o.model == "cnn") {
+    if (d.height != d.width || d.height % 4 != 0)
+      fail("--model cnn needs square images with a side divisible by 4; " + o.data + " has " +
+           std::to_string(d.height) + "x" + std::to_string(d.width) + " (use --model mlp or resnet)");
+    return std::make_shared<nn::SmallCNN>(d.channels, d.classes, d.height);
+  }
+  return std::make_shared<nn::ResNet>(
+      nn::ResNetConfig{.in_channels = d.channels, .num_classes = d.classes, .blocks_per_stage = o.blocks});
+}
+
+std::unique_ptr<nn::Optimizer> make_optimizer(const TrainOptions& o, nn::Module& model) {
+  if (o.optimizer == "sgd")
+    return std::make_unique<nn::SGD>(
+        model.parameters(),
+        nn::SGDOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
+  if (o.optimizer == "adam")
+    return std::make_unique<nn::Adam>(model.parameters(),
+                                      nn::AdamOptions{.lr = o.lr, .weight_decay = o.weight_decay});
+  return std::make_unique<nn::AdamW>(model.parameters(),
+                                     nn::AdamWOptions{.lr = o.lr, .weight_decay = o.weight_decay});
+}
+
+std::unique_ptr<nn::LRScheduler> make_schedule(const TrainOptions& o, nn::Optimizer& optimizer,
+                                               int64_t total_steps) {
+  if (o.schedule == "cosine") return std::make_unique<nn::CosineWithWarmup>(optimizer, o.warmup, total_steps);
+  if (o.schedule == "step")
+    return std::make_unique<nn::StepLR>(optimizer, std::max<int64_t>(1, total_steps / 3), 0.1);
+  if (o.schedule == "linear") return std::make_unique<nn::LinearLR>(optimizer, 1.0, 0.0, total_steps);
+  if (o.schedule == "onecycle") return std::make_unique<nn::OneCycleLR>(optimizer, o.lr, total_steps);
+  return nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Run directory
+
+const char* const kConfigFile = "config.json";
+const char* const kMetricsFile = "metrics.jsonl";
+
+// Options that do not change what is trained: a directory holding a run that differs only in
+// these is "a run of the same config".
+json comparable(json config) {
+  for (const char* key : {"out", "workers", "log-every", "checkpoint-every", "threads", "trace", "epochs"})
+    config.erase(key);
+  return config;
+}
+
+// Removes what Loom writes into a run directory, and nothing else.
+void clear_run_files(const fs::path& dir) {
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    std::string name = entry.path().filename().string();
+    if (name == kConfigFile || name == kMetricsFile || name == "report.html" || name == "latest" ||
+        name.rfind("step-", 0) == 0 || name.rfind(".tmp-step-", 0) == 0)
+      fs::remove_all(entry.path());
+  }
+}
+
+void prepare_fresh_dir(const TrainOptions& o) {
+  fs::path dir = o.out;
+  if (fs::exists(dir) && !fs::is_directory(dir)) fail("--out " + o.out + " is a file, not a directory");
+  if (!fs::exists(dir) || fs::is_empty(dir)) {
+    fs::create_directories(dir);
+    return;
+  }
+  if (!o.force) {
+    fs::path config = dir / kConfigFile;
+    if (!fs::exists(config))
+      fail("--out " + o.out +
+           " is not empty and holds no train run; choose an empty directory or pass --force");
+    std::ifstream in(config);
+    json old = json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (old.is_discarded() || comparable(old) != comparable(to_json(o)))
+      fail("--out " + o.out + " holds a run with other options; use another directory, --resume " + o.out +
+           " to continue it, or --force to replace it");
+  }
+  clear_run_files(dir);
+}
+
+void write_text_atomically(const fs::path& path, const std::string& text) {
+  fs::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) fail("cannot write " + path.string() + ": check the disk and permissions");
+  }
+  fs::rename(tmp, path);
+}
+
+// Drops the metrics lines of steps after `step`: a resumed run writes them again.
+void truncate_metrics(const fs::path& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    json j = json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.value("step", int64_t{0}) <= step) kept += line + "\n";
+  }
+  write_text_atomically(path, kept);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Progress
+
+std::string format_duration(double seconds) {
+  auto s = static_cast<int64_t>(std::max(0.0, seconds));
+  char buf[32];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                  static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  else
+    std::snprintf(buf, sizeof buf, "%lld:%02lld", static_cast<long long>(s / 60),
+                  static_cast<long long>(s % 60));
+  return buf;
+}
+
+std::string format_rate(double rate) {
+  char buf[32];
+  if (rate >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.1fM", rate / 1e6);
+  else if (rate >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1fk", rate / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", rate);
+  return buf;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Evaluation
+
+struct Eval {
+  double loss = 0, accuracy = 0;
+};
+
+Tensor loss_of(const Tensor& output, const Tensor& target, bool tokens) {
+  if (!tokens) return nn::functional::cross_entropy(output, target);
+  int64_t vocab = output.size(-1);
+  return nn::functional::cross_entropy(output.reshape({-1, vocab}), target.reshape({-1}));
+}
+
+Eval evaluate(nn::Module& model, data::DataLoader& loader, bool tokens, std::optional<DType> amp) {
+  model.eval();
+  NoGradGuard no_grad;
+  double loss_sum = 0;
+  int64_t correct = 0, count = 0;
+  for (data::Batch& batch : loader) {
+    Tensor output;
+    {
+      AutocastGuard autocast(DeviceType::CPU, amp, amp.has_value());
+      output = model(batch.data);
+    }
+    int64_t n = batch.target.numel();  // predictions in the batch (tokens for a language model)
+    loss_sum +=
+        loss_of(output.to(DType::Float32), batch.target, tokens).item<double>() * static_cast<double>(n);
+    correct += output.argmax(-1).eq(batch.target).sum().item<int64_t>();
+    count += n;
+  }
+  model.train();
+  return {loss_sum / static_cast<double>(count), static_cast<double>(correct) / static_cast<double>(count)};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+TrainSummary run_training(const TrainOptions& o, std::ostream& out, bool interactive) {
+  // Any error before the first step is the input's: reported as InputError.
+  bool in_setup = true;
+  try {
+    validate(o);
+    const bool resuming = !o.resume.empty();
+    std::unique_ptr<Trace> trace =
+        o.trace.empty() ? std::make_unique<Trace>() : std::make_unique<Trace>(o.trace);
+    if (o.threads > 0) set_num_threads(o.threads);
+
+    trace->begin("setup");
+    Data d = load_data(o);
+    data::DataLoader loader(
+        d.train, data::DataLoaderOptions().batch_size(o.batch).shuffle(true).seed(o.seed).workers(o.workers),
+        d.train_transform);
+    std::unique_ptr<data::DataLoader> val_loader;
+    if (d.val)
+      val_loader = std::make_unique<data::DataLoader>(
+          d.val, data::DataLoaderOptions().batch_size(std::max<int64_t>(o.batch, 256)).workers(o.workers),
+          d.val_transform);
+
+    manual_seed(o.seed);
+    std::shared_ptr<nn::Module> model = make_model(o, d);
+    std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(o, *model);
+    // An optimizer step takes --grad-accum batches; an epoch's last step may take fewer.
+    const int64_t batches_per_epoch = loader.num_batches();
+    const int64_t steps_per_epoch = (batches_per_epoch + o.grad_accum - 1) / o.grad_accum;
+    const int64_t total_steps = steps_per_epoch * o.epochs;
+    std::unique_ptr<nn::LRScheduler> schedule = make_schedule(o, *optimizer, total_steps);
+    std::optional<DType> amp;
+    if (o.amp == "bf16") amp = DType::BFloat16;
+    if (o.amp == "fp16") amp = DType::Float16;
+    // float16's 5 exponent bits underflow small gradients; bfloat16 has float32's range.
+    nn::GradScaler scaler(nn::GradScalerOptions{.enabled = o.amp == "fp16"});
+
+    nn::CheckpointManager checkpoints(o.out);
+    int64_t step = 0;
+    double time_offset = 0;  // training seconds of the run before it was resumed
+    if (resuming) {
+      std::optional<nn::Checkpoint> latest = checkpoints.load_latest();
+      if (!latest) fail("--resume " + o.resume + ": no checkpoint there to resume from");
+      if (!latest->note.empty()) out << "train: " << latest->note << "\n";
+      const auto& s = latest->sections;
+      model->load_state_dict(s.at("model"));
+      optimizer->load_state_dict(s.at("optimizer"));
+      if (schedule) schedule->load_state_dict(s.at("schedule"));
+      if (s.count("scaler")) scaler.load_state_dict(s.at("scaler"));
+      nn::load_rng_state_dict(s.at("rng"));
+      loader.load_state(data::LoaderState::from_map(nn::counters_from_state_dict(s.at("loader"))));
+      step = latest->step;
+      json meta = json::parse(latest->metadata, nullptr, false);
+      if (!meta.is_discarded()) time_offset = meta.value("time_s", 0.0);
+      truncate_metrics(fs::path(o.out) / kMetricsFile, step);
+      out << "train: resuming " << o.out << " at step " << step << " (epoch " << loader.state().epoch + 1
+          << ")\n";
+    } else {
+      prepare_fresh_dir(o);
+    }
+    write_text_atomically(fs::path(o.out) / kConfigFile, to_json(o).dump(2) + "\n");
+    std::ofstream metrics(fs::path(o.out) / kMetricsFile, std::ios::app);
+    if (!metrics) fail("cannot write " + (fs::path(o.out) / kMetricsFile).string());
+    trace->end();
+
+    const auto start = Clock::now();
+    auto elapsed = [&] { return time_offset + std::chrono::duration<double>(Clock::now() - start).count(); };
+    auto current_lr = [&] { return optimizer->param_groups().front().lr(); };
+    TrainSummary summary;
+
+    auto save = [&] {
+      trace->begin("checkpoint");
+      std::map<std::string, nn::StateDict> sections{
+          {"model", model->state_dict()},
+          {"optimizer", optimizer->state_dict()},
+          {"rng", nn::rng_state_dict()},
+          {"loader", nn::counters_to_state_dict(loader.state().to_map())}};
+      if (schedule) sections.emplace("schedule", schedule->state_dict());
+      if (o.amp == "fp16") sections.emplace("scaler", scaler.state_dict());
+      json meta{
+          {"step", step}, {"epoch", loader.state().epoch}, {"time_s", elapsed()}, {"options", to_json(o)}};
+      summary.checkpoint = checkpoints.save(step, sections, meta.dump());
+      trace->end();
+    };
+
+    const std::string unit = d.tokens ? "tokens/s" : "samples/s";
+    const int64_t items_per_example = d.tokens ? o.context : 1;
+    out << "train: " << o.model << ", " << model->num_parameters() << " parameters, " << d.train->size()
+        << " training examples, " << steps_per_epoch << " steps per epoch\n";
+    out.flush();
+
+    // Throughput and loss over the steps since the last metrics line.
+    int64_t items_since = 0, steps_since = 0;
+    double loss_since = 0;
+    auto last_log = Clock::now(), last_redraw = Clock::now() - std::chrono::seconds(1);
+    bool stopped = false;
+    in_setup = false;
+    while (loader.state().epoch < o.epochs && !stopped) {
+      const int64_t epoch = loader.state().epoch;
+      int64_t in_group = 0;  // micro-batches accumulated towards the current step
+      double group_loss = 0;
+      const int64_t first_batch = loader.state().batch;  // > 0 in an epoch resumed mid-way
+      const auto epoch_start = Clock::now();
+      trace->begin("epoch " + std::to_string(epoch + 1));
+      for (data::Batch& batch : loader) {
+        const int64_t group_start = batch.index - in_group;
+        const int64_t group_size = std::min(o.grad_accum, batches_per_epoch - group_start);
+        Tensor loss;
+        {
+          Trace::Scope scope(*trace, "forward");
+          AutocastGuard autocast(DeviceType::CPU, amp, amp.has_value());
+          loss = loss_of((*model)(batch.data), batch.target, d.tokens);
+        }
+        {
+          // The mean over the step's examples: each micro-batch's mean loss weighs 1 / group_size.
+          Trace::Scope scope(*trace, "backward");
+          scaler.scale(loss / static_cast<double>(group_size)).backward();
+        }
+        group_loss += loss.item<double>() / static_cast<double>(group_size);
+        items_since += batch.size() * items_per_example;
+        if (++in_group < group_size) continue;
+
+        {
+          Trace::Scope scope(*trace, "optimizer");
+          if (o.clip > 0) {
+            scaler.unscale_(*optimizer);  // clip the true gradients, not the scaled ones
+            nn::clip_grad_norm_(model->parameters(), o.clip);
+          }
+          scaler.step(*optimizer);
+          scaler.update();
+          optimizer->zero_grad();
+          if (schedule) schedule->step();
+        }
+        ++step;
+        ++steps_since;
+        loss_since += group_loss;
+        in_group = 0;
+        group_loss = 0;
+        if (!std::isfinite(loss_since))
+          throw Error("the loss is " + std::to_string(loss_since) + " at step " + std::to_string(step) +
+                      ": lower --lr, add --clip 1, or use --amp none");
+
+        const bool last_in_epoch = batch.index + 1 == batches_per_epoch;
+        // The terminal's line is redrawn at most ten times a second: printing is not free.
+        const bool redraw =
+            interactive && (Clock::now() - last_redraw > std::chrono::milliseconds(100) || last_in_epoch);
+        if (step % o.log_every == 0 || last_in_epoch || redraw) {
+          double now_s = elapsed();
+          double dt = std::chrono::duration<double>(Clock::now() - last_log).count();
+          double rate = dt > 0 ? static_cast<double>(items_since) / dt : 0.0;
+          double progress = static_cast<double>(batch.index + 1) / static_cast<double>(batches_per_epoch);
+          double mean_loss = loss_since / static_cast<double>(steps_since);
+          if (step % o.log_every == 0 || last_in_epoch) {
+            metrics << json{{"kind", "train"},
+                            {"step", step},
+                            {"epoch", static_cast<double>(epoch) + progress},
+                            {"loss", mean_loss},
+                            {"lr", current_lr()},
+                            {"throughput", rate},
+                            {"throughput_unit", unit},
+                            {"time_s", now_s}}
+                           .dump()
+                    << "\n";
+            metrics.flush();
+            trace->counter("loss", mean_loss);
+            trace->counter("throughput", rate);
+          }
+          char line[256];
+          if (redraw) {
+            last_redraw = Clock::now();
+            // One line redrawn in place: where the epoch is, how long it has left, how it goes.
+            const int width = 20;
+            int filled = static_cast<int>(progress * width);
+            std::string bar(static_cast<size_t>(filled), '=');
+            if (filled < width) bar += '>' + std::string(static_cast<size_t>(width - filled - 1), ' ');
+            // This epoch's remaining batches at the pace of its batches so far.
+            double epoch_s = std::chrono::duration<double>(Clock::now() - epoch_start).count();
+            double done = static_cast<double>(batch.index + 1 - first_batch);
+            double eta = epoch_s / done * static_cast<double>(batches_per_epoch - batch.index - 1);
+            std::snprintf(line, sizeof line,
+                          "\repoch %lld/%lld [%s] %3.0f%% ETA %s loss %.3f %s %s lr %.1e\033[K",
+                          static_cast<long long>(epoch + 1), static_cast<long long>(o.epochs), bar.c_str(),
+                          100 * progress, format_duration(eta).c_str(), mean_loss, format_rate(rate).c_str(),
+                          unit.c_str(), current_lr());
+            out << line << std::flush;
+          } else if (!interactive) {
+            std::snprintf(line, sizeof line,
+                          "epoch %lld/%lld step %lld (%3.0f%%) loss %.4f %s %s lr %.2e %s\n",
+                          static_cast<long long>(epoch + 1), static_cast<long long>(o.epochs),
+                          static_cast<long long>(step), 100 * progress, mean_loss, format_rate(rate).c_str(),
+                          unit.c_str(), current_lr(), format_duration(now_s).c_str());
+            out << line << std::flush;
+          }
+          if (step % o.log_every == 0 || last_in_epoch) {
+            items_since = steps_since = 0;
+            loss_since = 0;
+            last_log = Clock::now();
+          }
+        }
+        if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) save();
+        if (o.max_steps > 0 && step >= o.max_steps) {
+          stopped = true;
+          break;
+        }
+      }
+      trace->end();
+      if (interactive) out << "\n";
+      if (stopped) break;
+      if (!stopped && loader.state().epoch > epoch) {
+        summary.epochs = epoch + 1;
+        if (val_loader) {
+          Trace::Scope scope(*trace, "validation");
+          Eval e = evaluate(*model, *val_loader, d.tokens, amp);
+          summary.val_loss = e.loss;
+          summary.val_accuracy = e.accuracy;
+          metrics << json{{"kind", "val"},
+                          {"step", step},
+                          {"epoch", epoch + 1},
+                          {"val_loss", e.loss},
+                          {"val_accuracy", e.accuracy}}
+                         .dump()
+                  << "\n";
+          metrics.flush();
+          char line[160];
+          std::snprintf(line, sizeof line, "epoch %lld/%lld: val loss %.4f, val accuracy %.2f%%\n",
+                        static_cast<long long>(epoch + 1), static_cast<long long>(o.epochs), e.loss,
+                        100 * e.accuracy);
+          out << line << std::flush;
+          last_log = Clock::now();  // the next throughput leaves the validation's time out
+        }
+      }
+    }
+    summary.epochs = std::min<int64_t>(loader.state().epoch, o.epochs);
+    summary.steps = step;
+    if (summary.checkpoint.empty() || checkpoints.steps().empty() || checkpoints.steps().back() != step)
+      save();
+    summary.seconds = elapsed();
+    metrics.close();
+    write_report(o.out);
+    if (trace->enabled()) trace->write();
+
+    char line[256], val[96];
+    if (summary.val_accuracy)
+      std::snprintf(val, sizeof val, ", val loss %.4f, val accuracy %.2f%%", *summary.val_loss,
+                    100 * *summary.val_accuracy);
+    else
+      std::snprintf(val, sizeof val, "%s",
+                    o.val.empty() ? ", no --val set" : ", stopped before the first validation");
+    std::snprintf(line, sizeof line, "train: done: %lld steps, %lld/%lld epochs in %s%s\n",
+                  static_cast<long long>(step), static_cast<long long>(summary.epochs),
+                  static_cast<long long>(o.epochs), format_duration(summary.seconds).c_str(), val);
+    out << line << "train: run directory " << o.out << " (report.html, metrics.jsonl, checkpoint "
+        << summary.checkpoint.filename().string() << ")\n";
+    return summary;
+  } catch (const InputError&) {
+    throw;
+  } catch (const Error& e) {
+    if (in_setup) throw InputError(e.what());
+    throw;
+  }
+}
+
+void run_generation(const TrainOptions& options, std::ostream& out) {
+  try {
+    const std::string dir = options.resume.empty() ? options.out : options.resume;
+    fs::path config_path = fs::path(dir) / kConfigFile;
+    std::ifstream in(config_path);
+    if (!in) fail("--generate: no " + config_path.string() + "; pass the directory of a GPT run with --out");
+    json config = json::parse(in, nullptr, false);
+    if (config.is_discarded() || config.value("model", "") != "gpt")
+      fail("--generate: " + dir + " is not the run directory of a --model gpt run");
+    TrainOptions o = options;
+    o.data = config.value("data", "");
+    o.context = config.value("context", o.context);
+    o.layers = config.value("layers", o.layers);
+    o.heads = config.value("heads", o.heads);
+    o.d_model = config.value("d-model", o.d_model);
+
+    data::Hdf5TokenDataset corpus(o.data,
+                                  data::Hdf5TokenOptions{.block_size = 2});  // only its vocabulary is used
+    const std::vector<std::string>& vocab = corpus.vocab();
+    if (vocab.empty()) fail("--generate: " + o.data + " has no vocab attribute, so text cannot be encoded");
+    nn::GPT model(nn::GPTConfig{.vocab_size = corpus.vocab_size(),
+                                .context = o.context,
+                                .n_layers = o.layers,
+                                .n_heads = o.heads,
+                                .d_model = o.d_model});
+    nn::CheckpointManager checkpoints(dir);
+    std::optional<nn::Checkpoint> latest = checkpoints.load_latest();
+    if (!latest) fail("--generate: " + dir + " holds no checkpoint yet");
+    model.load_state_dict(latest->sections.at("model"));
+    model.eval();
+
+    // Encode the prompt by the longest vocabulary entry at each position (characters for a
+    // character-level corpus).
+    std::vector<int64_t> ids;
+    for (size_t pos = 0; pos < options.prompt.size();) {
+      size_t best_len = 0;
+      int64_t best = -1;
+      for (size_t v = 0; v < vocab.size(); ++v)
+        if (vocab[v].size() > best_len && options.prompt.compare(pos, vocab[v].size(), vocab[v]) == 0) {
+          best_len = vocab[v].size();
+          best = static_cast<int64_t>(v);
+        }
+      if (best < 0)
+        fail("--prompt: '" + options.prompt.substr(pos, 1) + "' is not in the corpus's vocabulary");
+      ids.push_back(best);
+      pos += best_len;
+    }
+    if (ids.empty()) fail("--prompt must not be empty");
+    manual_seed(options.seed);
+    NoGradGuard no_grad;
+    Tensor idx = tensor(ids, {1, static_cast<int64_t>(ids.size())});
+    Tensor result = model.generate(idx, options.tokens, options.temperature);
+    out << corpus.decode(result.select(0, 0)) << "\n";
+  } catch (const InputError&) {
+    throw;
+  } catch (const Error& e) {
+    throw InputError(e.what());
+  }
+}
+
+}  // namespace loom::train
