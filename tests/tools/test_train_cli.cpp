@@ -160,7 +160,7 @@ TEST_CASE("train options: bad values are errors that name the flag") {
 }
 
 TEST_CASE("train options: distributed and quantization flags say they are not available yet") {
-  for (const char* flag : {"--dp", "--tp", "--pp", "--microbatches", "--zero"}) {
+  for (const char* flag : {"--tp", "--pp", "--microbatches", "--zero"}) {
     std::string message = parse_error({"--data", "x.h5", "--out", "r", flag, "2"});
     CHECK(message.find("not available yet") != std::string::npos);
     CHECK(message.find(flag) != std::string::npos);
@@ -169,6 +169,11 @@ TEST_CASE("train options: distributed and quantization flags say they are not av
         std::string::npos);
   CHECK(parse_error({"--data", "x.h5", "--out", "r", "--teacher", "t"}).find("not available yet") !=
         std::string::npos);
+}
+
+TEST_CASE("train options: --dp takes a positive number of ranks") {
+  CHECK(parse_error({"--data", "x.h5", "--out", "r", "--dp", "2"}).empty());
+  CHECK(parse_error({"--data", "x.h5", "--out", "r", "--dp", "0"}).find("--dp") != std::string::npos);
 }
 
 TEST_CASE("train: a tiny mlp run writes config, metrics, checkpoints and refuses another run's directory") {

@@ -6,11 +6,15 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 
 #include "core/error.h"
 #include "tools/train/options.h"
+#if LOOM_TRAIN_WITH_MPI
+#include "distributed/process_group.h"
+#endif
 #include "tools/train/trainer.h"
 
 int main(int argc, char** argv) {
@@ -23,6 +27,14 @@ int main(int argc, char** argv) {
       return parsed.exit_code;
     }
     options = *parsed.options;
+    // N processes started by mpirun without --dp would each train alone and write the same run
+    // directory. (Checked here, not in the library: a program may run a single-process
+    // training on each of its ranks on purpose, as tests/distributed/test_train_dp.cpp does.)
+    for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+      const char* value = std::getenv(var);
+      if (!options.generate && options.dp == 1 && value != nullptr && std::atoi(value) > 1)
+        throw loom::Error(std::string("started by mpirun -np ") + value + " without --dp: pass --dp " + value);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train: error: %s\n", e.what());
     return 2;
@@ -33,12 +45,16 @@ int main(int argc, char** argv) {
     else
       run_training(options, std::cout, isatty(fileno(stdout)) != 0);
     return 0;
-  } catch (const InputError& e) {
-    std::fprintf(stderr, "train: error: %s\n", e.what());
-    return 2;
   } catch (const std::exception& e) {
+    const bool input_error = dynamic_cast<const InputError*>(&e) != nullptr;
+    const int status = input_error ? 2 : 1;
+#if LOOM_TRAIN_WITH_MPI
+    // With --dp the other ranks may be waiting in a collective this rank will never join:
+    // end the whole job now instead of leaving them to the group's timeout.
+    if (options.dp > 1) loom::distributed::abort_job(std::string("train: error: ") + e.what(), status);
+#endif
     // On a terminal the progress line is still open: end it first.
-    std::fprintf(stderr, "%strain: error: %s\n", isatty(fileno(stdout)) ? "\n" : "", e.what());
-    return 1;
+    std::fprintf(stderr, "%strain: error: %s\n", !input_error && isatty(fileno(stdout)) ? "\n" : "", e.what());
+    return status;
   }
 }

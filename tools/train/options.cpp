@@ -28,7 +28,6 @@ struct NotYet {
   const char* issue;
 };
 constexpr NotYet kNotYet[] = {
-    {"--dp", "the data-parallel (DDP) issue"},
     {"--tp", "the tensor/pipeline parallelism issue"},
     {"--pp", "the tensor/pipeline parallelism issue"},
     {"--microbatches", "the tensor/pipeline parallelism issue"},
@@ -139,7 +138,9 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
       ->check(CLI::NonNegativeNumber);
 
   app.add_option("--epochs", o.epochs, "Passes over the training set")->check(CLI::PositiveNumber);
-  app.add_option("--batch", o.batch, "Examples per micro-batch")->check(CLI::PositiveNumber);
+  app.add_option("--batch", o.batch,
+                 "Examples per micro-batch, per rank with --dp (global batch = dp x batch x grad-accum)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--lr", o.lr, "Peak learning rate")->check(CLI::PositiveNumber);
   app.add_option("--optimizer", o.optimizer, "sgd, adam or adamw")
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
@@ -184,8 +185,12 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
   app.add_option("--temperature", o.temperature, "--generate: softmax temperature")
       ->check(CLI::PositiveNumber);
 
+  app.add_option("--dp", o.dp,
+                 "Data-parallel ranks: run as `mpirun -np N train ... --dp N` (each rank trains on its share "
+                 "of every batch; rank 0 writes the run directory)")
+      ->check(CLI::PositiveNumber);
+
   auto not_yet = app.add_option_group("Not available yet");
-  not_yet->add_option("--dp", o.dp, "Data-parallel ranks");
   not_yet->add_option("--tp", o.tp, "Tensor-parallel ranks");
   not_yet->add_option("--pp", o.pp, "Pipeline stages");
   not_yet->add_option("--microbatches", o.microbatches, "Pipeline micro-batches");
@@ -270,6 +275,9 @@ nlohmann::json to_json(const TrainOptions& o) {
   j["checkpoint-every"] = o.checkpoint_every;
   j["threads"] = o.threads;
   j["trace"] = o.trace;
+  // Written only when set, so that the config.json of a single-process run keeps the keys it had
+  // before --dp existed (a run directory from then still counts as "a run of the same config").
+  if (o.dp != 1) j["dp"] = o.dp;
   return j;
 }
 

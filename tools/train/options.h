@@ -56,8 +56,10 @@ struct TrainOptions {
   std::string prompt = "\n";
   int64_t tokens = 200;
   double temperature = 1.0;
+  // Data parallelism: ranks of the `mpirun -np N` job (trainer.h).
+  int64_t dp = 1;
   // Not available yet (each comes with a later issue).
-  int64_t dp = 1, tp = 1, pp = 1, microbatches = 1, zero = 0;
+  int64_t tp = 1, pp = 1, microbatches = 1, zero = 0;
   std::string pipeline_schedule;
   std::string teacher;
 };

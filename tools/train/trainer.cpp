@@ -28,6 +28,11 @@
 #include "tools/train/report.h"
 #include "tools/train/trace.h"
 
+#if LOOM_TRAIN_WITH_MPI
+#include "distributed/ddp.h"
+#include "distributed/process_group.h"
+#endif
+
 namespace loom::train {
 namespace {
 
@@ -38,6 +43,116 @@ using Clock = std::chrono::steady_clock;
 [[noreturn]] void fail(const std::string& message) {
   throw Error(message);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The data-parallel job
+
+// The job this process is one rank of: `mpirun -np N train ... --dp N`, or a single process
+// (rank 0 of 1) without --dp, which never touches MPI. Collectives on a single process are
+// no-ops, so the training loop calls them unconditionally.
+class Job {
+ public:
+  explicit Job(int64_t dp) {
+    if (dp == 1) return;
+#if LOOM_TRAIN_WITH_MPI
+    group_ = distributed::init_process_group(distributed::Backend::Mpi);
+    if (group_->size() != dp)
+      fail("--dp " + std::to_string(dp) + " needs mpirun -np " + std::to_string(dp) + " (world size is " +
+           std::to_string(group_->size()) + ")");
+    rank_ = group_->rank();
+    size_ = group_->size();
+#else
+    fail("--dp " + std::to_string(dp) + ": this train was built without MPI (install Open MPI and reconfigure)");
+#endif
+  }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // Rank 0 alone writes the run directory and prints progress.
+  bool main() const { return rank_ == 0; }
+
+  // Every rank waits here until all ranks arrived.
+  void barrier() {
+#if LOOM_TRAIN_WITH_MPI
+    if (group_) group_->barrier();
+#endif
+  }
+
+  // Element-wise sum (Sum) or maximum (Max) of `values` over the ranks, in place.
+  void sum(std::vector<double>& values) { reduce(values, false); }
+  void max(std::vector<double>& values) { reduce(values, true); }
+
+  // True when `ok` is true on every rank: a step that only rank 0 does (preparing the run
+  // directory) tells the others whether to go on, instead of leaving them in the next collective.
+  bool all_ok(bool ok) {
+    std::vector<double> failed{ok ? 0.0 : 1.0};
+    max(failed);
+    return failed[0] == 0.0;
+  }
+
+  // The model every rank trains: `model` itself, or wrapped in DistributedDataParallel, which
+  // broadcasts rank 0's parameters (collective) and averages the gradients in backward.
+  std::shared_ptr<nn::Module> wrap(std::shared_ptr<nn::Module> model) {
+#if LOOM_TRAIN_WITH_MPI
+    if (group_) {
+      ddp_ = std::make_shared<distributed::DistributedDataParallel>(model, group_);
+      return ddp_;
+    }
+#endif
+    return model;
+  }
+
+  // loss.backward(); with `sync` false (a micro-batch before the step's last), inside DDP's
+  // no_sync(): the gradients accumulate locally and the last micro-batch's backward all-reduces
+  // the sum once, instead of once per micro-batch.
+  void backward(const Tensor& loss, bool sync) {
+#if LOOM_TRAIN_WITH_MPI
+    if (ddp_ && !sync) {
+      auto guard = ddp_->no_sync();
+      loss.backward();
+      return;
+    }
+#endif
+    (void)sync;
+    loss.backward();
+  }
+
+ private:
+  void reduce(std::vector<double>& values, bool max) {
+#if LOOM_TRAIN_WITH_MPI
+    if (!group_ || values.empty()) return;
+    Tensor t = tensor(values, {static_cast<int64_t>(values.size())});
+    group_->all_reduce(t, max ? distributed::ReduceOp::Max : distributed::ReduceOp::Sum);
+    const double* p = t.data_ptr<double>();
+    values.assign(p, p + values.size());
+#else
+    (void)values;
+    (void)max;
+#endif
+  }
+
+  int rank_ = 0, size_ = 1;
+#if LOOM_TRAIN_WITH_MPI
+  std::shared_ptr<distributed::ProcessGroup> group_;
+  std::shared_ptr<distributed::DistributedDataParallel> ddp_;
+#endif
+};
+
+// Rank r of N evaluates examples r, r + N, r + 2N, ...: each example exactly once over the job
+// (DistributedSampler pads the shards to equal length, which would count some examples twice).
+class ShardSampler : public data::Sampler {
+ public:
+  ShardSampler(int64_t n, int64_t ranks, int64_t rank) : n_(n), ranks_(ranks), rank_(rank) {}
+  int64_t size() const override { return rank_ < n_ ? (n_ - rank_ + ranks_ - 1) / ranks_ : 0; }
+  std::vector<int64_t> indices(int64_t) const override {
+    std::vector<int64_t> mine;
+    for (int64_t i = rank_; i < n_; i += ranks_) mine.push_back(i);
+    return mine;
+  }
+
+ private:
+  int64_t n_, ranks_, rank_;
+};
 
 // ---------------------------------------------------------------------------------------------
 // Data
@@ -269,8 +384,11 @@ std::string format_rate(double rate) {
 // ---------------------------------------------------------------------------------------------
 // Evaluation
 
+// Sums over the examples one rank evaluated; the job's are their sums over the ranks.
 struct Eval {
-  double loss = 0, accuracy = 0;
+  double loss_sum = 0, correct = 0, count = 0;
+  double loss() const { return loss_sum / count; }
+  double accuracy() const { return correct / count; }
 };
 
 Tensor loss_of(const Tensor& output, const Tensor& target, bool tokens) {
@@ -297,36 +415,56 @@ Eval evaluate(nn::Module& model, data::DataLoader& loader, bool tokens, std::opt
     count += n;
   }
   model.train();
-  return {loss_sum / static_cast<double>(count), static_cast<double>(correct) / static_cast<double>(count)};
+  return {loss_sum, static_cast<double>(correct), static_cast<double>(count)};
 }
 
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
 
-TrainSummary run_training(const TrainOptions& o, std::ostream& out, bool interactive) {
+TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool user_interactive) {
   // Any error before the first step is the input's: reported as InputError.
   bool in_setup = true;
   try {
     validate(o);
+    Job job(o.dp);
+    // Ranks other than 0 print nothing (their errors still reach main).
+    std::ostream silent(nullptr);
+    std::ostream& out = job.main() ? user_out : silent;
+    const bool interactive = job.main() && user_interactive;
     const bool resuming = !o.resume.empty();
-    std::unique_ptr<Trace> trace =
-        o.trace.empty() ? std::make_unique<Trace>() : std::make_unique<Trace>(o.trace);
+    std::unique_ptr<Trace> trace = o.trace.empty() || !job.main() ? std::make_unique<Trace>()
+                                                                   : std::make_unique<Trace>(o.trace);
     if (o.threads > 0) set_num_threads(o.threads);
 
     trace->begin("setup");
     Data d = load_data(o);
-    data::DataLoader loader(
-        d.train, data::DataLoaderOptions().batch_size(o.batch).shuffle(true).seed(o.seed).workers(o.workers),
-        d.train_transform);
+    // With --dp N, rank r reads every N-th example of the epoch's permutation (the same on every
+    // rank: same seed), from r on. Batch k of all ranks together is then positions
+    // [k·N·b, (k+1)·N·b) of that permutation: the batch of one process with --batch N·b.
+    std::shared_ptr<const data::Sampler> sampler;
+    if (job.size() > 1)
+      sampler = std::make_shared<data::DistributedSampler>(
+          d.train->size(), job.size(), job.rank(), data::DistributedSamplerOptions{.shuffle = true, .seed = o.seed});
+    data::DataLoader loader(d.train,
+                            data::DataLoaderOptions()
+                                .batch_size(o.batch)
+                                .shuffle(sampler == nullptr)
+                                .seed(o.seed)
+                                .workers(o.workers),
+                            d.train_transform, sampler);
     std::unique_ptr<data::DataLoader> val_loader;
     if (d.val)
       val_loader = std::make_unique<data::DataLoader>(
           d.val, data::DataLoaderOptions().batch_size(std::max<int64_t>(o.batch, 256)).workers(o.workers),
-          d.val_transform);
+          d.val_transform,
+          job.size() > 1 ? std::make_shared<ShardSampler>(d.val->size(), job.size(), job.rank()) : nullptr);
 
     manual_seed(o.seed);
     std::shared_ptr<nn::Module> model = make_model(o, d);
+    // What forward runs through: the model, or its DDP wrapper. Checkpoints and validation use
+    // the model itself, so that a checkpoint's keys do not depend on --dp.
+    std::shared_ptr<nn::Module> trained = job.wrap(model);
     std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(o, *model);
     // An optimizer step takes --grad-accum batches; an epoch's last step may take fewer.
     const int64_t batches_per_epoch = loader.num_batches();
@@ -356,15 +494,37 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& out, bool interac
       step = latest->step;
       json meta = json::parse(latest->metadata, nullptr, false);
       if (!meta.is_discarded()) time_offset = meta.value("time_s", 0.0);
-      truncate_metrics(fs::path(o.out) / kMetricsFile, step);
+      // Every rank loaded the same checkpoint, so every rank's loader is at the same batch (each
+      // shard has the same number of batches). Checked, since ranks that disagreed would
+      // wait for each other in different steps.
+      std::vector<double> position{static_cast<double>(loader.state().epoch),
+                                   static_cast<double>(loader.state().batch),
+                                   -static_cast<double>(loader.state().epoch),
+                                   -static_cast<double>(loader.state().batch)};
+      std::vector<double> highest = position;
+      job.max(highest);
+      if (highest != position)
+        fail("--resume " + o.resume + ": the ranks loaded checkpoints at different positions; is " + o.out +
+             " on a file system every rank sees?");
+      if (job.main()) truncate_metrics(fs::path(o.out) / kMetricsFile, step);
       out << "train: resuming " << o.out << " at step " << step << " (epoch " << loader.state().epoch + 1
           << ")\n";
-    } else {
-      prepare_fresh_dir(o);
     }
-    write_text_atomically(fs::path(o.out) / kConfigFile, to_json(o).dump(2) + "\n");
-    std::ofstream metrics(fs::path(o.out) / kMetricsFile, std::ios::app);
-    if (!metrics) fail("cannot write " + (fs::path(o.out) / kMetricsFile).string());
+    // Rank 0 alone writes the run directory; the others learn whether it could.
+    std::ofstream metrics;  // stays closed on the other ranks
+    std::string setup_error;
+    if (job.main()) {
+      try {
+        if (!resuming) prepare_fresh_dir(o);
+        write_text_atomically(fs::path(o.out) / kConfigFile, to_json(o).dump(2) + "\n");
+        metrics.open(fs::path(o.out) / kMetricsFile, std::ios::app);
+        if (!metrics) fail("cannot write " + (fs::path(o.out) / kMetricsFile).string());
+      } catch (const Error& e) {
+        setup_error = e.what();
+      }
+    }
+    if (!job.all_ok(setup_error.empty()))
+      fail(job.main() ? setup_error : "rank 0 could not prepare the run directory " + o.out);
     trace->end();
 
     const auto start = Clock::now();
@@ -372,7 +532,16 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& out, bool interac
     auto current_lr = [&] { return optimizer->param_groups().front().lr(); };
     TrainSummary summary;
 
+    int64_t saved_step = -1;  // the step of the checkpoint this session saved last
     auto save = [&] {
+      saved_step = step;
+      if (!job.main()) {
+        // Wait until rank 0's checkpoint is complete on disk: no rank trains on (or exits, or
+        // is killed) while it is written, so the job's latest checkpoint is the state every
+        // rank was in, and --resume restarts all of them from it.
+        job.barrier();
+        return;
+      }
       trace->begin("checkpoint");
       std::map<std::string, nn::StateDict> sections{
           {"model", model->state_dict()},
@@ -384,13 +553,18 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& out, bool interac
       json meta{
           {"step", step}, {"epoch", loader.state().epoch}, {"time_s", elapsed()}, {"options", to_json(o)}};
       summary.checkpoint = checkpoints.save(step, sections, meta.dump());
+      job.barrier();  // the other ranks wait here for the checkpoint (above)
       trace->end();
     };
 
     const std::string unit = d.tokens ? "tokens/s" : "samples/s";
     const int64_t items_per_example = d.tokens ? o.context : 1;
     out << "train: " << o.model << ", " << model->num_parameters() << " parameters, " << d.train->size()
-        << " training examples, " << steps_per_epoch << " steps per epoch\n";
+        << " training examples, " << steps_per_epoch << " steps per epoch";
+    if (job.size() > 1)
+      out << ", data parallel over " << job.size() << " ranks (global batch " << job.size() * o.batch * o.grad_accum
+          << ")";
+    out << "\n";
     out.flush();
 
     // Throughput and loss over the steps since the last metrics line.
@@ -413,15 +587,15 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& out, bool interac
         {
           Trace::Scope scope(*trace, "forward");
           AutocastGuard autocast(DeviceType::CPU, amp, amp.has_value());
-          loss = loss_of((*model)(batch.data), batch.target, d.tokens);
+          loss = loss_of((*trained)(batch.data), batch.target, d.tokens);
         }
         {
           // The mean over the step's examples: each micro-batch's mean loss weighs 1 / group_size.
           Trace::Scope scope(*trace, "backward");
-          scaler.scale(loss / static_cast<double>(group_size)).backward();
+          job.backward(scaler.scale(loss / static_cast<double>(group_size)), in_group + 1 == group_size);
         }
         group_loss += loss.item<double>() / static_cast<double>(group_size);
-        items_since += batch.size() * items_per_example;
+        items_since += batch.size() * items_per_example * job.size();  // every rank's batch is as large
         if (++in_group < group_size) continue;
 
         {
@@ -455,6 +629,11 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& out, bool interac
           double progress = static_cast<double>(batch.index + 1) / static_cast<double>(batches_per_epoch);
           double mean_loss = loss_since / static_cast<double>(steps_since);
           if (step % o.log_every == 0 || last_in_epoch) {
+            // The job's loss: the mean of the ranks' (same-sized) batches. Every rank gets here at
+            // the same steps (the redraw above is rank 0's alone, and uses its own loss).
+            std::vector<double> total{mean_loss};
+            job.sum(total);
+            mean_loss = total[0] / job.size();
             metrics << json{{"kind", "train"},
                             {"step", step},
                             {"epoch", static_cast<double>(epoch) + progress},
@@ -514,21 +693,25 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& out, bool interac
         summary.epochs = epoch + 1;
         if (val_loader) {
           Trace::Scope scope(*trace, "validation");
-          Eval e = evaluate(*model, *val_loader, d.tokens, amp);
-          summary.val_loss = e.loss;
-          summary.val_accuracy = e.accuracy;
+          Eval local = evaluate(*model, *val_loader, d.tokens, amp);
+          // Each rank evaluated its shard: the sums over the ranks are those of the whole set.
+          std::vector<double> sums{local.loss_sum, local.correct, local.count};
+          job.sum(sums);
+          const Eval e{sums[0], sums[1], sums[2]};
+          summary.val_loss = e.loss();
+          summary.val_accuracy = e.accuracy();
           metrics << json{{"kind", "val"},
                           {"step", step},
                           {"epoch", epoch + 1},
-                          {"val_loss", e.loss},
-                          {"val_accuracy", e.accuracy}}
+                          {"val_loss", e.loss()},
+                          {"val_accuracy", e.accuracy()}}
                          .dump()
                   << "\n";
           metrics.flush();
           char line[160];
           std::snprintf(line, sizeof line, "epoch %lld/%lld: val loss %.4f, val accuracy %.2f%%\n",
-                        static_cast<long long>(epoch + 1), static_cast<long long>(o.epochs), e.loss,
-                        100 * e.accuracy);
+                        static_cast<long long>(epoch + 1), static_cast<long long>(o.epochs), e.loss(),
+                        100 * e.accuracy());
           out << line << std::flush;
           last_log = Clock::now();  // the next throughput leaves the validation's time out
         }
@@ -536,12 +719,15 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& out, bool interac
     }
     summary.epochs = std::min<int64_t>(loader.state().epoch, o.epochs);
     summary.steps = step;
-    if (summary.checkpoint.empty() || checkpoints.steps().empty() || checkpoints.steps().back() != step)
-      save();
+    // Decided from what every rank knows alike (rank 0's directory listing could race a slow
+    // file system): all ranks call save() together, or none does.
+    if (saved_step != step) save();
     summary.seconds = elapsed();
-    metrics.close();
-    write_report(o.out);
-    if (trace->enabled()) trace->write();
+    if (job.main()) {
+      metrics.close();
+      write_report(o.out);
+      if (trace->enabled()) trace->write();
+    }
 
     char line[256], val[96];
     if (summary.val_accuracy)

@@ -1,0 +1,238 @@
+/*
+ * `train --dp N` (tools/train/trainer.h) under mpirun with 2 and 4 ranks, through the library's
+ * entry point run_training on every rank (as `mpirun -np N train ... --dp N` runs it).
+ *
+ * The reference is one process with N times the batch: DistributedSampler gives rank r the
+ * positions r, r + N, ... of the epoch's permutation, so rank r's batch k with b examples holds
+ * positions k·N·b + r + N·j (j < b), and the N ranks' batches k together are positions
+ * [k·N·b, (k+1)·N·b): batch k of a single process with batch N·b and the same seed. DDP averages
+ * the ranks' mean-loss gradients, which is the gradient of the mean over the N·b examples. The
+ * two runs therefore agree up to the reassociation of sums. (The dataset size is a multiple of
+ * N·b for N = 2 and 4, so DistributedSampler pads nothing.) Each rank computes the reference
+ * itself, with --dp 1 into a directory of its own.
+ *
+ *   - --dp N --batch b, and --dp N --batch b/2 --grad-accum 2 (no_sync on the first micro-batch),
+ *     end with the reference's parameters and validation loss/accuracy (validation is sharded
+ *     over the ranks and all-reduced, so it covers the whole set);
+ *   - only rank 0 writes: the run directory holds one set of files, metrics.jsonl one line per
+ *     logged step, and only rank 0's progress stream has text;
+ *   - a run stopped mid-epoch and resumed at the same N ends bit-identical to one never stopped.
+ */
+#include <unistd.h>
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "data/data.h"
+#include "nn/nn.h"
+#include "ops/ops.h"
+#include "tests/distributed/mpi_test_util.h"
+#include "tools/train/trainer.h"
+
+using namespace loom;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kExamples = 64;  // a multiple of N·b for N = 2, 4 and b = 4
+constexpr int64_t kBatch = 4;
+
+// A directory every rank names alike (rank 0's pid, broadcast), so that the ranks of one job
+// share it and concurrent jobs (np2 and np4) do not.
+fs::path shared_scratch(const std::string& name) {
+  auto world = test::world();
+  Tensor pid = full({1}, static_cast<double>(::getpid()), DType::Int64);
+  world->broadcast(pid, 0);
+  fs::path dir = fs::temp_directory_path() /
+                 ("loom_train_dp_" + name + "_np" + std::to_string(world->size()) + "_" +
+                  std::to_string(pid.item<int64_t>()));
+  if (world->rank() == 0) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  world->barrier();  // the directory exists before any rank uses it
+  return dir;
+}
+
+// 64 random 1x8x8 images in 4 classes, written by rank 0.
+fs::path tiny_dataset(const fs::path& dir) {
+  fs::path path = dir / "tiny.h5";
+  if (test::world()->rank() == 0) {
+    Generator g(7);
+    Tensor images = randint(0, 256, {kExamples, 1, 8, 8}, DType::UInt8, &g);
+    Tensor labels = randint(0, 4, {kExamples}, DType::Int64, &g);
+    data::DatasetInfo info;
+    info.name = "tiny";
+    info.class_names = {"a", "b", "c", "d"};
+    data::write_image_dataset(path.string(), images, labels, info, {.chunk_rows = 16});
+  }
+  test::world()->barrier();  // the file is complete before the other ranks open it
+  return path;
+}
+
+train::TrainOptions options(const fs::path& data, const fs::path& out) {
+  train::TrainOptions o;
+  o.model = "mlp";
+  o.hidden = "16";
+  o.data = data.string();
+  o.val = data.string();
+  o.workers = 0;
+  o.epochs = 2;
+  o.batch = kBatch;
+  o.lr = 0.1;
+  o.seed = 3;
+  o.log_every = 1;
+  o.out = out.string();
+  return o;
+}
+
+struct Run {
+  train::TrainSummary summary;
+  std::string log;
+};
+
+Run run(const train::TrainOptions& o) {
+  std::ostringstream log;
+  Run r;
+  r.summary = train::run_training(o, log, /*interactive=*/false);
+  r.log = log.str();
+  return r;
+}
+
+nn::StateDict final_model(const fs::path& dir) {
+  auto latest = nn::CheckpointManager(dir).load_latest();
+  REQUIRE(latest.has_value());
+  return latest->sections.at("model");
+}
+
+// Largest |a - b| - (atol + rtol |b|) over all entries: <= 0 when close.
+double excess(const nn::StateDict& a, const nn::StateDict& b, double rtol, double atol) {
+  double worst = -1;
+  for (const auto& [name, t] : a) {
+    Tensor x = t.to(DType::Float64).contiguous(), y = b.at(name).to(DType::Float64).contiguous();
+    const double* p = x.data_ptr<double>();
+    const double* q = y.data_ptr<double>();
+    for (int64_t i = 0; i < x.numel(); ++i) worst = std::max(worst, std::abs(p[i] - q[i]) - (atol + rtol * std::abs(q[i])));
+  }
+  return worst;
+}
+
+bool bitwise_equal(const nn::StateDict& a, const nn::StateDict& b) {
+  if (a.keys() != b.keys()) return false;
+  for (const auto& [name, t] : a) {
+    Tensor tc = t.contiguous(), uc = b.at(name).contiguous();
+    if (tc.sizes() != uc.sizes() || std::memcmp(tc.data_ptr(), uc.data_ptr(), tc.nbytes()) != 0) return false;
+  }
+  return true;
+}
+
+int64_t count_lines(const fs::path& path, const std::string& needle) {
+  std::ifstream in(path);
+  int64_t n = 0;
+  for (std::string line; std::getline(in, line);) n += line.find(needle) != std::string::npos;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("train --dp N equals one process with N times the batch, and only rank 0 writes") {
+  auto world = test::world();
+  const int n = world->size();
+  fs::path dir = shared_scratch("equiv");
+  fs::path data = tiny_dataset(dir);
+
+  train::TrainOptions o = options(data, dir / "dp");
+  o.dp = n;
+  o.trace = (dir / "trace.json").string();
+  Run dp = run(o);
+
+  train::TrainOptions accum = options(data, dir / "accum");
+  accum.dp = n;
+  accum.batch = kBatch / 2;
+  accum.grad_accum = 2;
+  Run acc = run(accum);
+
+  // The reference: this rank alone, no communication, into a directory of its own.
+  train::TrainOptions ref = options(data, dir / ("ref-rank" + std::to_string(world->rank())));
+  ref.batch = kBatch * n;
+  Run single = run(ref);
+
+  const int64_t steps = 2 * kExamples / (kBatch * n);
+  CHECK(dp.summary.steps == steps);
+  CHECK(acc.summary.steps == steps);
+  CHECK(single.summary.steps == steps);
+  // float32 sums taken in another order (per-rank matmuls, then the all-reduce), over a few steps.
+  nn::StateDict expected = final_model(dir / ("ref-rank" + std::to_string(world->rank())));
+  CHECK(excess(final_model(dir / "dp"), expected, 1e-4, 1e-5) <= 0);
+  CHECK(excess(final_model(dir / "accum"), expected, 1e-4, 1e-5) <= 0);
+  // Validation covers the whole set on every rank.
+  REQUIRE(dp.summary.val_accuracy.has_value());
+  CHECK(*dp.summary.val_accuracy == doctest::Approx(*single.summary.val_accuracy).epsilon(1e-9));
+  CHECK(*dp.summary.val_loss == doctest::Approx(*single.summary.val_loss).epsilon(1e-4));
+  // The loss went down (the model learns the random labels of 64 examples).
+  CHECK(*dp.summary.val_loss < std::log(4.0));
+
+  // Only rank 0 wrote the run directory and printed progress.
+  CHECK(dp.log.empty() == (world->rank() != 0));
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir / "dp")) names.insert(entry.path().filename().string());
+  CHECK(names == std::set<std::string>{"config.json", "metrics.jsonl", "report.html", "latest",
+                                       "step-" + std::string(8 - std::to_string(steps).size(), '0') +
+                                           std::to_string(steps)});
+  CHECK(count_lines(dir / "dp" / "metrics.jsonl", "\"kind\":\"train\"") == steps);
+  CHECK(count_lines(dir / "dp" / "metrics.jsonl", "\"kind\":\"val\"") == 2);
+  CHECK(count_lines(dir / "dp" / "config.json", "\"dp\": " + std::to_string(n)) == 1);
+  CHECK(fs::exists(dir / "trace.json"));
+  world->barrier();  // every rank checked before rank 0 removes the files
+  if (world->rank() == 0) fs::remove_all(dir);
+}
+
+TEST_CASE("train --dp N: a run resumed mid-epoch ends bit-identical to one never stopped") {
+  auto world = test::world();
+  const int n = world->size();
+  fs::path dir = shared_scratch("resume");
+  fs::path data = tiny_dataset(dir);
+
+  train::TrainOptions whole = options(data, dir / "whole");
+  whole.dp = n;
+  run(whole);
+
+  // 5 steps: mid-way through epoch 1 (8 steps per epoch at N = 2) or 2 (4 steps at N = 4).
+  train::TrainOptions first = options(data, dir / "stopped");
+  first.dp = n;
+  first.max_steps = 5;
+  CHECK(run(first).summary.steps == 5);
+  train::TrainOptions rest = first;
+  rest.max_steps = 0;
+  rest.resume = rest.out;
+  Run resumed = run(rest);
+
+  CHECK(resumed.summary.steps == 2 * kExamples / (kBatch * n));
+  CHECK(bitwise_equal(final_model(dir / "stopped"), final_model(dir / "whole")));
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(dir);
+}
+
+TEST_CASE("train --dp: a --dp other than the world size is an input error naming mpirun -np") {
+  auto world = test::world();
+  train::TrainOptions o = options("unused.h5", "unused");
+  o.dp = world->size() + 1;
+  std::ostringstream log;
+  std::string message;
+  try {
+    train::run_training(o, log, false);
+  } catch (const train::InputError& e) {
+    message = e.what();
+  }
+  CHECK(message == "--dp " + std::to_string(world->size() + 1) + " needs mpirun -np " +
+                       std::to_string(world->size() + 1) + " (world size is " + std::to_string(world->size()) +
+                       ")");
+}
