@@ -6,9 +6,11 @@
 #pragma once
 
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <sstream>
@@ -18,6 +20,28 @@
 #include "ops/ops.h"
 
 namespace loom::test {
+
+// A fresh directory under the system's temp dir, removed (with its contents) on destruction.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& name) {
+    static int counter = 0;
+    path_ = std::filesystem::temp_directory_path() /
+            ("loom_test_" + name + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
 
 inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 inline constexpr double kInf = std::numeric_limits<double>::infinity();

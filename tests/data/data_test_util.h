@@ -17,29 +17,9 @@
 
 #include "data/data.h"
 #include "ops/ops.h"
+#include "tests/test_util.h"
 
 namespace loom::test {
-
-// A fresh directory under the system's temp dir, removed (with its contents) on destruction.
-class ScratchDir {
- public:
-  explicit ScratchDir(const std::string& name) {
-    static int counter = 0;
-    path_ = std::filesystem::temp_directory_path() /
-            ("loom_data_test_" + name + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 // Pixel (c, y, x) of image i: a pattern that identifies the image and the position.
 inline uint8_t pixel(int64_t i, int64_t c, int64_t y, int64_t x) {

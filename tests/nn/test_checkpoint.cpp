@@ -27,21 +27,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory for one test case, removed with everything in it at the end.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("loom-test-checkpoint-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 std::vector<std::string> entries(const fs::path& dir) {
   std::vector<std::string> out;
@@ -93,8 +78,8 @@ std::string meta_for(int64_t step) {
 }  // namespace
 
 TEST_CASE("atomic_file: writes, replaces, and leaves the old file on failure") {
-  TempDir dir;
-  const fs::path file = dir.path / "data.bin";
+  test::ScratchDir dir("checkpoint");
+  const fs::path file = dir.path() / "data.bin";
   write_file_atomically(file, std::string("first"));
   CHECK(read_file(file) == "first");
   write_file_atomically(file, [](FileSink& sink) {
@@ -103,7 +88,7 @@ TEST_CASE("atomic_file: writes, replaces, and leaves the old file on failure") {
     CHECK(sink.bytes_written() == 6);
   });
   CHECK(read_file(file) == "second");
-  CHECK(entries(dir.path) == std::vector<std::string>{"data.bin"});  // no temporary left
+  CHECK(entries(dir.path()) == std::vector<std::string>{"data.bin"});  // no temporary left
 
   // A writer that fails half-way: its exception comes through, the old content stays, the
   // temporary file is gone.
@@ -114,29 +99,29 @@ TEST_CASE("atomic_file: writes, replaces, and leaves the old file on failure") {
                                              }),
                        "writer gave up", std::runtime_error);
   CHECK(read_file(file) == "second");
-  CHECK(entries(dir.path) == std::vector<std::string>{"data.bin"});
+  CHECK(entries(dir.path()) == std::vector<std::string>{"data.bin"});
 
   const std::string missing =
-      error_of([&] { write_file_atomically(dir.path / "nope" / "x", std::string("x")); });
-  CHECK(contains(missing, (dir.path / "nope").string()));
+      error_of([&] { write_file_atomically(dir.path() / "nope" / "x", std::string("x")); });
+  CHECK(contains(missing, (dir.path() / "nope").string()));
   CHECK(contains(missing, "No such file or directory"));
 
-  CHECK(contains(error_of([&] { read_file(dir.path / "absent"); }), "No such file or directory"));
-  CHECK(contains(error_of([&] { read_file(dir.path); }), "is not a regular file"));
-  write_file_atomically(dir.path / "empty", std::string());
-  CHECK(read_file(dir.path / "empty").empty());
+  CHECK(contains(error_of([&] { read_file(dir.path() / "absent"); }), "No such file or directory"));
+  CHECK(contains(error_of([&] { read_file(dir.path()); }), "is not a regular file"));
+  write_file_atomically(dir.path() / "empty", std::string());
+  CHECK(read_file(dir.path() / "empty").empty());
 }
 
 TEST_CASE("checkpoint: save writes the documented layout and load_latest returns it") {
-  TempDir dir;
-  CheckpointManager manager(dir.path / "run");
+  test::ScratchDir dir("checkpoint");
+  CheckpointManager manager(dir.path() / "run");
   CHECK_FALSE(manager.load_latest().has_value());  // a fresh run: nothing, and no error
   CHECK(manager.steps().empty());
 
   const fs::path saved = manager.save(123, state_for(123), meta_for(123));
-  CHECK(saved == dir.path / "run" / "step-00000123");
-  CHECK(entries(dir.path / "run") == std::vector<std::string>{"latest", "step-00000123"});
-  CHECK(read_file(dir.path / "run" / "latest") == "step-00000123\n");
+  CHECK(saved == dir.path() / "run" / "step-00000123");
+  CHECK(entries(dir.path() / "run") == std::vector<std::string>{"latest", "step-00000123"});
+  CHECK(read_file(dir.path() / "run" / "latest") == "step-00000123\n");
   CHECK(entries(saved) ==
         std::vector<std::string>{"meta.json", "model.safetensors", "optimizer.safetensors"});
   // Each section is a plain safetensors file.
@@ -158,8 +143,8 @@ TEST_CASE("checkpoint: save writes the documented layout and load_latest returns
 }
 
 TEST_CASE("checkpoint: keep_last prunes the oldest, and only older than the one saved") {
-  TempDir dir;
-  CheckpointManager manager(dir.path, 2);
+  test::ScratchDir dir("checkpoint");
+  CheckpointManager manager(dir.path(), 2);
   for (int64_t step : {10, 20, 30, 40}) manager.save(step, state_for(step), meta_for(step));
   CHECK(manager.steps() == std::vector<int64_t>{30, 40});
   check_state(*manager.load_latest(), 40);
@@ -170,21 +155,21 @@ TEST_CASE("checkpoint: keep_last prunes the oldest, and only older than the one 
   CHECK(manager.steps() == std::vector<int64_t>{30, 35, 40});
   check_state(*manager.load_latest(), 35);
 
-  CheckpointManager keep_all(dir.path / "all", 0);
+  CheckpointManager keep_all(dir.path() / "all", 0);
   for (int64_t step = 0; step < 5; ++step) keep_all.save(step, state_for(step), meta_for(step));
   CHECK(keep_all.steps().size() == 5);
-  CheckpointManager keep_one(dir.path / "one", 1);
+  CheckpointManager keep_one(dir.path() / "one", 1);
   for (int64_t step = 0; step < 3; ++step) keep_one.save(step, state_for(step), meta_for(step));
   CHECK(keep_one.steps() == std::vector<int64_t>{2});
 }
 
 TEST_CASE("checkpoint: load_latest falls back to the newest complete checkpoint and says why") {
-  TempDir dir;
-  CheckpointManager manager(dir.path, 5);
+  test::ScratchDir dir("checkpoint");
+  CheckpointManager manager(dir.path(), 5);
   for (int64_t step : {1, 2, 3}) manager.save(step, state_for(step), meta_for(step));
 
   SUBCASE("latest missing") {
-    fs::remove(dir.path / "latest");
+    fs::remove(dir.path() / "latest");
     auto c = manager.load_latest();
     REQUIRE(c.has_value());
     check_state(*c, 3);
@@ -192,7 +177,7 @@ TEST_CASE("checkpoint: load_latest falls back to the newest complete checkpoint 
     CHECK(contains(c->note, "loaded step-00000003, the newest complete checkpoint"));
   }
   SUBCASE("latest names a deleted checkpoint") {
-    fs::remove_all(dir.path / "step-00000003");
+    fs::remove_all(dir.path() / "step-00000003");
     auto c = manager.load_latest();
     REQUIRE(c.has_value());
     check_state(*c, 2);
@@ -200,16 +185,16 @@ TEST_CASE("checkpoint: load_latest falls back to the newest complete checkpoint 
     CHECK(contains(c->note, "meta.json"));
   }
   SUBCASE("latest holds garbage") {
-    write_file_atomically(dir.path / "latest", std::string("../../etc\n"));
+    write_file_atomically(dir.path() / "latest", std::string("../../etc\n"));
     auto c = manager.load_latest();
     REQUIRE(c.has_value());
     check_state(*c, 3);
     CHECK(contains(c->note, "'latest' does not name a step directory"));
   }
   SUBCASE("the newest has a truncated section, the one before it no meta.json") {
-    const fs::path model = dir.path / "step-00000003" / "model.safetensors";
+    const fs::path model = dir.path() / "step-00000003" / "model.safetensors";
     fs::resize_file(model, fs::file_size(model) - 4);
-    fs::remove(dir.path / "step-00000002" / "meta.json");
+    fs::remove(dir.path() / "step-00000002" / "meta.json");
     auto c = manager.load_latest();
     REQUIRE(c.has_value());
     check_state(*c, 1);
@@ -218,7 +203,7 @@ TEST_CASE("checkpoint: load_latest falls back to the newest complete checkpoint 
     CHECK(contains(c->note, "loaded step-00000001"));
   }
   SUBCASE("a section file replaced by one of the same size but corrupt content") {
-    const fs::path model = dir.path / "step-00000003" / "model.safetensors";
+    const fs::path model = dir.path() / "step-00000003" / "model.safetensors";
     std::string bytes = read_file(model);
     bytes[8] = '#';  // the header's opening brace
     write_file_atomically(model, bytes);
@@ -229,7 +214,7 @@ TEST_CASE("checkpoint: load_latest falls back to the newest complete checkpoint 
   }
   SUBCASE("nothing complete is an error, not a fresh start") {
     for (const char* step : {"step-00000001", "step-00000002", "step-00000003"})
-      fs::remove(dir.path / step / "meta.json");
+      fs::remove(dir.path() / step / "meta.json");
     const std::string message = error_of([&] { manager.load_latest(); });
     CHECK(contains(message, "holds checkpoints but none is complete"));
     CHECK(contains(message, "step-00000001 is incomplete"));
@@ -237,29 +222,29 @@ TEST_CASE("checkpoint: load_latest falls back to the newest complete checkpoint 
 }
 
 TEST_CASE("checkpoint: re-saving a step replaces it; leftovers of interrupted saves are removed") {
-  TempDir dir;
-  CheckpointManager manager(dir.path);
+  test::ScratchDir dir("checkpoint");
+  CheckpointManager manager(dir.path());
   manager.save(5, state_for(5), meta_for(5));
   // What an interrupted save, prune and pointer update leave behind.
-  fs::create_directories(dir.path / ".tmp-step-00000006-999-0");
-  write_file_atomically(dir.path / ".tmp-step-00000006-999-0" / "model.safetensors", std::string("partial"));
-  fs::create_directories(dir.path / ".tmp-delete-step-00000001-999-1");
-  write_file_atomically(dir.path / ".latest.tmp-999-2", std::string("step-0000"));
+  fs::create_directories(dir.path() / ".tmp-step-00000006-999-0");
+  write_file_atomically(dir.path() / ".tmp-step-00000006-999-0" / "model.safetensors", std::string("partial"));
+  fs::create_directories(dir.path() / ".tmp-delete-step-00000001-999-1");
+  write_file_atomically(dir.path() / ".latest.tmp-999-2", std::string("step-0000"));
 
   // Re-saving step 5 with different content (same step, e.g. after resuming from 4).
   auto replacement = state_for(5);
   replacement["model"].set("fc.weight", full({3, 4}, 55.0, kFloat32));
   manager.save(5, replacement, meta_for(5));
-  CHECK(entries(dir.path) == std::vector<std::string>{"latest", "step-00000005"});
+  CHECK(entries(dir.path()) == std::vector<std::string>{"latest", "step-00000005"});
   auto c = manager.load_latest();
   REQUIRE(c.has_value());
   CHECK(c->sections.at("model").at("fc.weight").to_vector<float>() == std::vector<float>(12, 55.0f));
 }
 
 TEST_CASE("checkpoint: bad arguments are rejected before anything is written") {
-  TempDir dir;
-  CHECK(contains(error_of([&] { CheckpointManager(dir.path, -1); }), "keep_last must be >= 0"));
-  CheckpointManager manager(dir.path / "run");
+  test::ScratchDir dir("checkpoint");
+  CHECK(contains(error_of([&] { CheckpointManager(dir.path(), -1); }), "keep_last must be >= 0"));
+  CheckpointManager manager(dir.path() / "run");
   CHECK(contains(error_of([&] { manager.save(-1, state_for(1)); }), "step must be >= 0, got -1"));
   CHECK(contains(error_of([&] {
                    manager.save(1, {{"../escape", StateDict()}});
@@ -269,12 +254,12 @@ TEST_CASE("checkpoint: bad arguments are rejected before anything is written") {
   CHECK(contains(error_of([&] { manager.save(1, {{"", StateDict()}}); }), "section name ''"));
   CHECK(
       contains(error_of([&] { manager.save(1, state_for(1), "{oops"); }), "metadata_json is not valid JSON"));
-  CHECK_FALSE(fs::exists(dir.path / "run"));
+  CHECK_FALSE(fs::exists(dir.path() / "run"));
   // A section that cannot be written leaves no trace either.
   StateDict broken;
   broken.insert("w", Tensor());
   CHECK(contains(error_of([&] { manager.save(1, {{"model", broken}}); }), "tensor 'w' is undefined"));
-  CHECK(entries(dir.path / "run").empty());
+  CHECK(entries(dir.path() / "run").empty());
   CHECK_FALSE(manager.load_latest().has_value());
 }
 
@@ -336,13 +321,13 @@ std::string kill_test_mismatch(const Checkpoint& c) {
 }  // namespace
 
 TEST_CASE("checkpoint: SIGKILL at random moments always leaves a complete, matching checkpoint") {
-  TempDir dir;
-  const fs::path run = dir.path / "run";
+  test::ScratchDir dir("checkpoint");
+  const fs::path run = dir.path() / "run";
   CheckpointManager manager(run, kKillKeepLast);
   // Kill delays scale with how long a save takes here (fsync speed varies a lot between
   // machines), so that the kills land at every phase of the save and the child progresses.
   const auto start = std::chrono::steady_clock::now();
-  CheckpointManager(dir.path / "timing").save(1, kill_test_state(1), meta_for(1));
+  CheckpointManager(dir.path() / "timing").save(1, kill_test_state(1), meta_for(1));
   const int64_t save_us =
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
   const int64_t max_delay_us = std::clamp<int64_t>(8 * save_us, 100'000, 3'000'000);

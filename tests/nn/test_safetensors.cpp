@@ -23,21 +23,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory for one test case, removed with everything in it at the end.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("loom-test-safetensors-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 // A tensor of `dtype` whose bytes are exactly `raw` (for bit patterns: NaN payloads, -0, ...).
 template <class Raw>
@@ -144,9 +129,9 @@ double json_value(const nlohmann::json& v) {
 }  // namespace
 
 TEST_CASE("safetensors: every dtype round-trips bit for bit, in order, through a file and bytes") {
-  TempDir dir;
+  test::ScratchDir dir("safetensors");
   const StateDict sd = every_dtype();
-  const fs::path file = dir.path / "every.safetensors";
+  const fs::path file = dir.path() / "every.safetensors";
   save_safetensors(file, sd);
 
   for (const SafetensorsFile& loaded :
@@ -156,11 +141,11 @@ TEST_CASE("safetensors: every dtype round-trips bit for bit, in order, through a
     for (const auto& [name, original] : sd) check_identical(loaded.tensors.at(name), original, name);
   }
   // No temporary file is left next to the target.
-  CHECK(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()) == 1);
+  CHECK(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()) == 1);
 }
 
 TEST_CASE("safetensors: 0-dim, empty and non-contiguous tensors, and metadata") {
-  TempDir dir;
+  test::ScratchDir dir("safetensors");
   Tensor matrix = arange(12, kFloat32).reshape({3, 4});
   StateDict sd;
   sd.insert("scalar", scalar_tensor(3.25, kFloat64));
@@ -171,7 +156,7 @@ TEST_CASE("safetensors: 0-dim, empty and non-contiguous tensors, and metadata") 
   sd.insert("broadcast", tensor<int32_t>({7, 8}).expand({3, 2}));  // stride 0
   const std::map<std::string, std::string> metadata{
       {"format", "pt"}, {"note", "héllo \"quoted\"\n"}, {"", ""}};
-  const fs::path file = dir.path / "shapes.safetensors";
+  const fs::path file = dir.path() / "shapes.safetensors";
   save_safetensors(file, sd, metadata);
 
   const SafetensorsFile loaded = load_safetensors(file);
@@ -191,12 +176,12 @@ TEST_CASE("safetensors: 0-dim, empty and non-contiguous tensors, and metadata") 
 }
 
 TEST_CASE("safetensors: the writer's byte layout (header order, 8-aligned buffer, aligned tensors)") {
-  TempDir dir;
+  test::ScratchDir dir("safetensors");
   StateDict sd;
   sd.insert("u", tensor<uint8_t>({1, 2, 3}));
   sd.insert("d", tensor<double>({0.5}));
   sd.insert("f", tensor<float>({2.0f}));
-  const fs::path file = dir.path / "layout.safetensors";
+  const fs::path file = dir.path() / "layout.safetensors";
   save_safetensors(file, sd, {{"k", "v"}});
   const std::string bytes = read_file(file);
 
@@ -222,8 +207,8 @@ TEST_CASE("safetensors: the writer's byte layout (header order, 8-aligned buffer
 }
 
 TEST_CASE("safetensors: save_safetensors rejects what it cannot write, naming the problem") {
-  TempDir dir;
-  const fs::path file = dir.path / "bad.safetensors";
+  test::ScratchDir dir("safetensors");
+  const fs::path file = dir.path() / "bad.safetensors";
   auto save_error = [&](const StateDict& sd, const std::map<std::string, std::string>& meta = {},
                         const fs::path& where = {}) -> std::string {
     try {
@@ -238,14 +223,14 @@ TEST_CASE("safetensors: save_safetensors rejects what it cannot write, naming th
   CHECK(save_error({{"bad\xff", ones({1})}}).find("not valid UTF-8") != std::string::npos);
   CHECK(save_error({{"w", ones({1})}}, {{"k", "\xc3"}}).find("not valid UTF-8") != std::string::npos);
   const std::string missing_dir =
-      save_error({{"w", ones({1})}}, {}, dir.path / "no" / "such" / "x.safetensors");
-  CHECK(missing_dir.find((dir.path / "no" / "such").string()) != std::string::npos);
+      save_error({{"w", ones({1})}}, {}, dir.path() / "no" / "such" / "x.safetensors");
+  CHECK(missing_dir.find((dir.path() / "no" / "such").string()) != std::string::npos);
   CHECK(missing_dir.find("No such file or directory") != std::string::npos);
   CHECK_FALSE(fs::exists(file));  // nothing was written by the failed saves
 
   std::string missing;
   try {
-    load_safetensors(dir.path / "absent.safetensors");
+    load_safetensors(dir.path() / "absent.safetensors");
   } catch (const Error& e) {
     missing = e.what();
   }
@@ -383,8 +368,8 @@ TEST_CASE("safetensors: every validation rule rejects its crafted file with a pr
       "tensor 'b': BOOL element 2 is byte 2, expected 0 or 1");
 
   // The file reader applies the same checks and names the file.
-  TempDir dir;
-  const fs::path file = dir.path / "overlap.safetensors";
+  test::ScratchDir dir("safetensors");
+  const fs::path file = dir.path() / "overlap.safetensors";
   write_file_atomically(file, make_file(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                                         R"("y":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
                                         std::string(12, '\0')));
@@ -410,9 +395,9 @@ TEST_CASE("safetensors: 20000 random mutations of a valid file only ever load or
   StateDict sd = every_dtype();
   sd.insert("scalar", scalar_tensor(1.0, kFloat32));
   sd.insert("empty", empty({0, 2}, kInt32));
-  TempDir dir;
-  save_safetensors(dir.path / "seed.safetensors", sd, {{"format", "pt"}, {"step", "12"}});
-  const std::string valid = read_file(dir.path / "seed.safetensors");
+  test::ScratchDir dir("safetensors");
+  save_safetensors(dir.path() / "seed.safetensors", sd, {{"format", "pt"}, {"step", "12"}});
+  const std::string valid = read_file(dir.path() / "seed.safetensors");
   uint64_t header_size = 0;
   std::memcpy(&header_size, valid.data(), 8);
 
@@ -481,7 +466,7 @@ TEST_CASE("safetensors: Python (numpy + json) reads Loom's file") {
     MESSAGE("[skipped: no python3/numpy]");
     return;
   }
-  TempDir dir;
+  test::ScratchDir dir("safetensors");
   StateDict sd = every_dtype();
   sd.insert("scalar", scalar_tensor(-7.0, kFloat64));
   sd.insert("empty", empty({3, 0}, kFloat16));
@@ -489,7 +474,7 @@ TEST_CASE("safetensors: Python (numpy + json) reads Loom's file") {
   Generator gen(5);
   sd.insert("big", randn({64, 33}, kFloat32, &gen));
   const std::map<std::string, std::string> metadata{{"format", "pt"}, {"epoch", "3"}};
-  const fs::path file = dir.path / "loom.safetensors";
+  const fs::path file = dir.path() / "loom.safetensors";
   save_safetensors(file, sd, metadata);
 
   const nlohmann::json report = nlohmann::json::parse(run_interop("read", file));
@@ -525,8 +510,8 @@ TEST_CASE("safetensors: Loom reads the file Python (numpy + json) writes") {
     MESSAGE("[skipped: no python3/numpy]");
     return;
   }
-  TempDir dir;
-  const fs::path file = dir.path / "numpy.safetensors";
+  test::ScratchDir dir("safetensors");
+  const fs::path file = dir.path() / "numpy.safetensors";
   run_interop("write", file);
   const SafetensorsFile f = load_safetensors(file);
 
