@@ -18,7 +18,7 @@ namespace loom::nn {
 
 namespace {
 
-using optim_detail::checked_grad;
+using optim_detail::check_all_grads;
 using optim_detail::FlatRange;
 using optim_detail::fusable;
 using optim_detail::group_flag;
@@ -156,11 +156,7 @@ void SGD::step() {
   hypers.reserve(groups.size());
   for (size_t g = 0; g < groups.size(); ++g) hypers.push_back(read_hyper(groups[g], g));
 
-  // Every gradient is checked before anything is updated: a bad one leaves all parameters
-  // and all state as they were.
-  for (size_t g = 0; g < groups.size(); ++g)
-    for (size_t i = 0; i < groups[g].params.size(); ++i)
-      if (groups[g].params[i].grad().defined()) checked_grad(groups[g].params[i], kName, g, i);
+  check_all_grads(groups, kName);
 
   std::vector<SgdItem> items;
   std::vector<int64_t> numels;

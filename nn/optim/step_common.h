@@ -33,6 +33,14 @@ inline const Tensor& checked_grad(const Tensor& p, std::string_view optimizer, s
   return grad;
 }
 
+// Checks every gradient of every group before a step updates anything, so that a bad one leaves
+// all parameters and all state as they were.
+inline void check_all_grads(const std::vector<ParamGroup>& groups, std::string_view optimizer) {
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (size_t i = 0; i < groups[g].params.size(); ++i)
+      if (groups[g].params[i].grad().defined()) checked_grad(groups[g].params[i], optimizer, g, i);
+}
+
 // Whether the fused CPU loop can update p in place through its data pointer; other
 // parameters (GPU, non-contiguous) take the per-op path.
 inline bool fusable(const Tensor& p) {
