@@ -17,6 +17,16 @@ class CompletedWork final : public Work {
 
 }  // namespace
 
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "Sum";
+    case ReduceOp::Avg: return "Avg";
+    case ReduceOp::Max: return "Max";
+    case ReduceOp::Min: return "Min";
+  }
+  return "?";
+}
+
 ProcessGroup::ProcessGroup(int rank, int size, std::vector<int> world_ranks)
     : rank_(rank), size_(size), world_ranks_(std::move(world_ranks)) {
   LOOM_CHECK(size_ >= 1 && rank_ >= 0 && rank_ < size_ && static_cast<int>(world_ranks_.size()) == size_,

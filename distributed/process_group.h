@@ -39,6 +39,8 @@
 namespace loom::distributed {
 
 enum class ReduceOp { Sum, Avg, Max, Min };
+// "Sum", "Avg", "Max", "Min": for messages.
+const char* reduce_op_name(ReduceOp op);
 // Native: the backend's own collective. Ring: reduce-scatter + all-gather over send/recv.
 enum class Algorithm { Native, Ring };
 

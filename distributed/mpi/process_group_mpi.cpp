@@ -105,20 +105,6 @@ MPI_Datatype mpi_type(DType dtype) {
 }
 static_assert(sizeof(bool) == 1, "bool tensors are sent as one byte per element");
 
-const char* op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum:
-      return "Sum";
-    case ReduceOp::Avg:
-      return "Avg";
-    case ReduceOp::Max:
-      return "Max";
-    case ReduceOp::Min:
-      return "Min";
-  }
-  return "?";
-}
-
 // ---- the communication thread -----------------------------------------------------------------
 
 // Messages in flight are tested back to back (yielding the core in between) for kSpinFor after
@@ -551,7 +537,7 @@ WorkPtr ProcessGroupMpi::reduce_async(const Tensor& tensor, int root, ReduceOp o
   check_tensor(*this, "reduce", "", tensor);
   check_root(*this, "reduce", "root", root);
   check_reduce_op(*this, "reduce", tensor, op);
-  auto work = std::make_shared<MpiWork>(std::string("reduce(") + op_name(op) + ")", describe(), timeout());
+  auto work = std::make_shared<MpiWork>(std::string("reduce(") + reduce_op_name(op) + ")", describe(), timeout());
   const bool is_root = rank() == root;
   CommThread::get().enqueue(work, [tensor, root, op, is_root, n = size(), comm = comm_] {
     // In place on the root (MPI_IN_PLACE); the other members only send, their tensors unchanged.
@@ -568,7 +554,7 @@ WorkPtr ProcessGroupMpi::native_all_reduce_async(const Tensor& tensor, ReduceOp 
   check_tensor(*this, "all_reduce", "", tensor);
   check_reduce_op(*this, "all_reduce", tensor, op);
   auto work = std::make_shared<MpiWork>(
-      op == ReduceOp::Sum ? std::string("all_reduce") : std::string("all_reduce(") + op_name(op) + ")",
+      op == ReduceOp::Sum ? std::string("all_reduce") : std::string("all_reduce(") + reduce_op_name(op) + ")",
       describe(), timeout());
   CommThread::get().enqueue(work, [tensor, op, n = size(), comm = comm_] {
     const MPI_Op mop = mpi_op(CommThread::get(), tensor.dtype(), op);
@@ -602,7 +588,7 @@ WorkPtr ProcessGroupMpi::native_reduce_scatter_async(const Tensor& input, const 
   check_stacked(*this, "reduce_scatter", "output", output, "input", input);
   check_reduce_op(*this, "reduce_scatter", input, op);
   auto work =
-      std::make_shared<MpiWork>(std::string("reduce_scatter(") + op_name(op) + ")", describe(), timeout());
+      std::make_shared<MpiWork>(std::string("reduce_scatter(") + reduce_op_name(op) + ")", describe(), timeout());
   CommThread::get().enqueue(work, [input, output, op, n = size(), comm = comm_] {
     const void* send = nullptr;
     const std::vector<char> copy = staged(input, output, &send);

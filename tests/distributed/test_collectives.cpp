@@ -71,20 +71,6 @@ std::vector<ReduceOp> ops_for(DType dtype) {
   return {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min};
 }
 
-const char* name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum:
-      return "Sum";
-    case ReduceOp::Avg:
-      return "Avg";
-    case ReduceOp::Max:
-      return "Max";
-    case ReduceOp::Min:
-      return "Min";
-  }
-  return "?";
-}
-
 TEST_CASE("world group: rank, size and description") {
   auto world = test::world();
   CHECK(world->backend_name() == "mpi");
@@ -124,7 +110,7 @@ TEST_CASE("all_reduce: every dtype, size and op") {
       for (ReduceOp op : ops_for(dtype)) {
         CAPTURE(dtype);
         CAPTURE(size);
-        CAPTURE(name(op));
+        CAPTURE(reduce_op_name(op));
         Tensor t = values_of(r, size, dtype);
         world->all_reduce(t, op);
         CHECK(t.dtype() == dtype);
@@ -138,7 +124,7 @@ TEST_CASE("all_reduce: 8-bit integers, bool and a 3-D shape") {
   for (DType dtype : {kInt8, kUInt8})
     for (ReduceOp op : ops_for(dtype)) {
       CAPTURE(dtype);
-      CAPTURE(name(op));
+      CAPTURE(reduce_op_name(op));
       Tensor t = values_of(r, 7, dtype);
       world->all_reduce(t, op);
       test::check_close(t, expected_reduction(op, n, 7, dtype));
@@ -193,7 +179,7 @@ TEST_CASE("reduce: the root gets the reduction, the others keep their tensors") 
       for (ReduceOp op : ops_for(dtype)) {
         CAPTURE(dtype);
         CAPTURE(size);
-        CAPTURE(name(op));
+        CAPTURE(reduce_op_name(op));
         Tensor t = values_of(r, size, dtype);
         world->reduce(t, root, op);
         if (r == root)
@@ -244,7 +230,7 @@ TEST_CASE("reduce_scatter: rank r gets the reduction of block r") {
       for (ReduceOp op : ops_for(dtype)) {
         CAPTURE(dtype);
         CAPTURE(rows);
-        CAPTURE(name(op));
+        CAPTURE(reduce_op_name(op));
         Tensor input = values_of(r, n * rows * 2, dtype).view({n * rows, 2});
         Tensor output = zeros({rows, 2}, dtype);
         world->reduce_scatter(input, output, op);

@@ -24,16 +24,6 @@ namespace {
 
 using test::world;
 
-const char* name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "Sum";
-    case ReduceOp::Avg: return "Avg";
-    case ReduceOp::Max: return "Max";
-    case ReduceOp::Min: return "Min";
-  }
-  return "?";
-}
-
 // Restores the group's algorithm at the end of a test, whatever the test set it to.
 class AlgorithmGuard {
  public:
@@ -93,7 +83,7 @@ const std::vector<ReduceOp> kOps = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max,
 
 // Runs ring and native all-reduce on the same input and checks both against the local reduction.
 void check_all_reduce(ProcessGroup& group, std::vector<int64_t> sizes, DType dtype, ReduceOp op, uint64_t salt) {
-  const std::string what = std::string("all_reduce ") + name(op) + " " + std::string(dtype_name(dtype)) +
+  const std::string what = std::string("all_reduce ") + reduce_op_name(op) + " " + std::string(dtype_name(dtype)) +
                            " numel " + std::to_string(shape_numel(sizes)) + " on " + group.describe();
   std::vector<Tensor> inputs;
   for (int r = 0; r < group.size(); ++r) inputs.push_back(rank_input(r, sizes, dtype, salt));
@@ -166,7 +156,7 @@ TEST_CASE("ring reduce_scatter equals the native reduce_scatter and the local re
       for (const auto& shape : shapes) {
         std::vector<int64_t> in_shape = shape;
         in_shape[0] *= n;
-        const std::string what = std::string("reduce_scatter ") + name(op) + " " + std::string(dtype_name(dtype)) +
+        const std::string what = std::string("reduce_scatter ") + reduce_op_name(op) + " " + std::string(dtype_name(dtype)) +
                                  " input " + std::to_string(shape_numel(in_shape)) + " elements on " + group.describe();
         std::vector<Tensor> inputs;
         for (int r = 0; r < n; ++r) inputs.push_back(rank_input(r, in_shape, dtype, salt));
