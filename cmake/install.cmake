@@ -6,7 +6,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(loom_install_targets loom_core loom_ops loom_autograd loom_nn loom_data loom_warnings)
+set(loom_install_targets loom_core loom_ops loom_autograd loom_nn loom_data loom_quant loom_warnings)
 if(TARGET loom_distributed)
   list(APPEND loom_install_targets loom_distributed)
 endif()
@@ -18,7 +18,7 @@ endforeach()
 install(TARGETS ${loom_install_targets} EXPORT LoomTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-foreach(layer core ops autograd nn data distributed)
+foreach(layer core ops autograd nn data quant distributed)
   if(EXISTS ${PROJECT_SOURCE_DIR}/${layer})
     install(DIRECTORY ${PROJECT_SOURCE_DIR}/${layer} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/loom
             FILES_MATCHING PATTERN "*.h" PATTERN "*.def")

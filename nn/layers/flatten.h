@@ -20,6 +20,9 @@ class Flatten : public Module {
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
 
+  int64_t start_dim() const { return start_dim_; }
+  int64_t end_dim() const { return end_dim_; }
+
  private:
   int64_t start_dim_, end_dim_;
 };

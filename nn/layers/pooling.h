@@ -24,6 +24,12 @@ class MaxPool2d : public Module {
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
 
+  Size2 kernel_size() const { return kernel_size_; }
+  Size2 stride() const { return stride_; }
+  Size2 padding() const { return padding_; }
+  Size2 dilation() const { return dilation_; }
+  bool ceil_mode() const { return ceil_mode_; }
+
  private:
   Size2 kernel_size_, stride_, padding_, dilation_;
   bool ceil_mode_;

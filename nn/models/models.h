@@ -7,4 +7,5 @@
 #include "nn/models/gpt.h"
 #include "nn/models/mlp.h"
 #include "nn/models/resnet.h"
+#include "nn/models/model_file.h"
 #include "nn/models/small_cnn.h"

@@ -29,6 +29,10 @@ class SmallCNN : public Module {
   // loom::Error naming the expected and the actual shape.
   Tensor forward(const Tensor& x) override;
 
+  int64_t in_channels() const { return in_channels_; }
+  int64_t num_classes() const { return fc.out_features(); }
+  int64_t image_size() const { return image_size_; }
+
   Conv2d c1;
   Conv2d c2;
   Linear fc;

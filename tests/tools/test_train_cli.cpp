@@ -18,6 +18,8 @@
 #include "core/error.h"
 #include "core/random.h"
 #include "data/dataset_writer.h"
+#include "nn/models/model_file.h"
+#include "nn/models/mlp.h"
 #include "nn/serialize/checkpoint.h"
 #include "ops/ops.h"
 #include "tools/train/options.h"
@@ -159,15 +161,13 @@ TEST_CASE("train options: bad values are errors that name the flag") {
   CHECK(parse_error({"--data", "x.h5", "--out", "r"}).empty());
 }
 
-TEST_CASE("train options: distributed and quantization flags say they are not available yet") {
+TEST_CASE("train options: tensor/pipeline parallelism and ZeRO flags say they are not available yet") {
   for (const char* flag : {"--tp", "--pp", "--microbatches", "--zero"}) {
     std::string message = parse_error({"--data", "x.h5", "--out", "r", flag, "2"});
     CHECK(message.find("not available yet") != std::string::npos);
     CHECK(message.find(flag) != std::string::npos);
   }
   CHECK(parse_error({"--data", "x.h5", "--out", "r", "--tp", "2"}).find("tensor/pipeline parallelism") !=
-        std::string::npos);
-  CHECK(parse_error({"--data", "x.h5", "--out", "r", "--teacher", "t"}).find("not available yet") !=
         std::string::npos);
 }
 
@@ -234,6 +234,48 @@ TEST_CASE("train: a tiny mlp run writes config, metrics, checkpoints and refuses
   gpt.model = "gpt";
   gpt.force = true;
   CHECK_THROWS_AS(run(gpt), train::InputError);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("train: model.safetensors rebuilds the model; --teacher distils from one and checks it fits") {
+  fs::path dir = scratch("teacher");
+  std::string data = tiny_dataset(dir).string(), teacher_dir = (dir / "teacher").string();
+  TrainOptions t = parse({"--data", data.c_str(), "--val", data.c_str(), "--hidden", "32,32", "--batch", "16",
+                          "--workers", "0", "--out", teacher_dir.c_str()});
+  run(t);
+  const fs::path teacher_file = fs::path(teacher_dir) / "model.safetensors";
+  nn::LoadedModel teacher = nn::load_model(teacher_file);
+  CHECK(teacher.model->type_name() == "MLP");
+  CHECK(teacher.metadata.count(nn::kInputNormalizationKey) == 1);
+  auto saved = nn::CheckpointManager(teacher_dir).load_latest();
+  REQUIRE(saved.has_value());
+  for (const auto& [name, tensor] : teacher.model->state_dict())
+    CHECK(tensor.eq(saved->sections.at("model").at(name)).sum().item<int64_t>() == tensor.numel());
+
+  std::string student_dir = (dir / "student").string(), teacher_arg = teacher_file.string();
+  TrainOptions s = parse({"--data", data.c_str(), "--val", data.c_str(), "--hidden", "8", "--batch", "16",
+                          "--workers", "0", "--teacher", teacher_arg.c_str(), "--kd-alpha", "0.5",
+                          "--out", student_dir.c_str()});
+  train::TrainSummary summary = run(s);
+  CHECK(summary.steps == 5);
+  std::ifstream config_file(fs::path(student_dir) / "config.json");
+  auto config = nlohmann::json::parse(config_file);
+  CHECK(config["teacher"] == teacher_arg);
+  CHECK(config["kd-alpha"].get<double>() == 0.5);
+
+  // A teacher that predicts another number of classes, and one that is not a model file.
+  nn::MLP wrong({64, 16, 7});
+  nn::save_model(dir / "wrong.safetensors", wrong);
+  s.teacher = (dir / "wrong.safetensors").string();
+  s.force = true;
+  try {
+    run(s);
+    FAIL("expected an input error");
+  } catch (const train::InputError& e) {
+    CHECK(std::string(e.what()).find("outputs [1, 7]") != std::string::npos);
+  }
+  s.teacher = (dir / "nope.safetensors").string();
+  CHECK_THROWS_AS(run(s), train::InputError);
   fs::remove_all(dir);
 }
 

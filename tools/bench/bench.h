@@ -70,6 +70,8 @@ std::vector<BenchCase> op_cases();
 std::vector<BenchCase> autograd_cases();
 std::vector<BenchCase> data_cases();
 std::vector<BenchCase> nn_cases();
+std::vector<BenchCase> quant_cases();    // quant_cases.cpp: INT8 inference
+std::vector<BenchCase> distill_cases();  // distill_cases.cpp: knowledge distillation
 
 const std::vector<BenchCase>& all_cases();
 

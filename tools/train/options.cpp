@@ -33,7 +33,6 @@ constexpr NotYet kNotYet[] = {
     {"--microbatches", "the tensor/pipeline parallelism issue"},
     {"--pipeline-schedule", "the tensor/pipeline parallelism issue"},
     {"--zero", "the ZeRO optimizer-sharding issue"},
-    {"--teacher", "the quantization/distillation issue"},
 };
 
 std::string flag_of(const std::string& key) {
@@ -190,13 +189,20 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
                  "of every batch; rank 0 writes the run directory)")
       ->check(CLI::PositiveNumber);
 
+  app.add_option("--teacher", o.teacher,
+                 "Distil from this trained model (a run's model.safetensors): loss = (1 - alpha) CE + "
+                 "alpha T^2 KL(teacher || student) at temperature T");
+  app.add_option("--kd-temperature", o.kd_temperature, "--teacher: softmax temperature T")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--kd-alpha", o.kd_alpha, "--teacher: weight of the distillation term")
+      ->check(CLI::Range(0.0, 1.0));
+
   auto not_yet = app.add_option_group("Not available yet");
   not_yet->add_option("--tp", o.tp, "Tensor-parallel ranks");
   not_yet->add_option("--pp", o.pp, "Pipeline stages");
   not_yet->add_option("--microbatches", o.microbatches, "Pipeline micro-batches");
   not_yet->add_option("--pipeline-schedule", o.pipeline_schedule, "Pipeline schedule (gpipe, 1f1b)");
   not_yet->add_option("--zero", o.zero, "ZeRO stage");
-  not_yet->add_option("--teacher", o.teacher, "Teacher checkpoint for distillation");
 
   // The config file's values go first so that the command line's come last and win.
   std::vector<std::string> args;
@@ -278,6 +284,11 @@ nlohmann::json to_json(const TrainOptions& o) {
   // Written only when set, so that the config.json of a single-process run keeps the keys it had
   // before --dp existed (a run directory from then still counts as "a run of the same config").
   if (o.dp != 1) j["dp"] = o.dp;
+  if (!o.teacher.empty()) {
+    j["teacher"] = o.teacher;
+    j["kd-temperature"] = o.kd_temperature;
+    j["kd-alpha"] = o.kd_alpha;
+  }
   return j;
 }
 

@@ -58,10 +58,13 @@ struct TrainOptions {
   double temperature = 1.0;
   // Data parallelism: ranks of the `mpirun -np N` job (trainer.h).
   int64_t dp = 1;
+  // Knowledge distillation from a trained model file (quant/distill.h).
+  std::string teacher;
+  double kd_temperature = 4.0;
+  double kd_alpha = 0.9;
   // Not available yet (each comes with a later issue).
   int64_t tp = 1, pp = 1, microbatches = 1, zero = 0;
   std::string pipeline_schedule;
-  std::string teacher;
 };
 
 // What parse_options decided.

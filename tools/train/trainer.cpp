@@ -24,6 +24,7 @@
 #include "data/data.h"
 #include "nn/nn.h"
 #include "nn/training_state.h"
+#include "quant/distill.h"
 #include "ops/ops.h"
 #include "tools/train/report.h"
 #include "tools/train/trace.h"
@@ -163,6 +164,7 @@ struct Data {
   data::TransformPtr train_transform, val_transform;
   int64_t channels = 0, height = 0, width = 0, classes = 0;  // images
   int64_t vocab = 0;                                         // tokens
+  std::vector<float> mean, std;  // images: the per-channel normalisation of the inputs
 };
 
 bool is_token_file(const std::string& path, const char* flag) {
@@ -225,8 +227,8 @@ Data load_data(const TrainOptions& o) {
   d.height = train->height();
   d.width = train->width();
   d.classes = train->num_classes();
-  auto [mean, std] = channel_stats(*train);
-  d.train_transform = d.val_transform = std::make_shared<data::Normalize>(mean, std);
+  std::tie(d.mean, d.std) = channel_stats(*train);
+  d.train_transform = d.val_transform = std::make_shared<data::Normalize>(d.mean, d.std);
   d.train = train;
   if (!o.val.empty()) {
     auto val = std::make_shared<data::Hdf5ImageDataset>(o.val);
@@ -264,6 +266,43 @@ std::shared_ptr<nn::Module> make_model(const TrainOptions& o, const Data& d) {
       nn::ResNetConfig{.in_channels = d.channels, .num_classes = d.classes, .blocks_per_stage = o.blocks});
 }
 
+// The --teacher model file (model.safetensors of an earlier run), checked against the data: it
+// must predict the same classes (or tokens) as the student, from the same inputs.
+std::shared_ptr<nn::Module> load_teacher(const TrainOptions& o, const nn::Module& student, const Data& d) {
+  if (!fs::exists(o.teacher)) fail("--teacher " + o.teacher + ": no such file (give a run's model.safetensors)");
+  nn::LoadedModel teacher;
+  try {
+    teacher = nn::load_model(o.teacher);
+  } catch (const Error& e) {
+    fail(std::string("--teacher: ") + e.what());
+  }
+  auto it = teacher.metadata.find(nn::kInputNormalizationKey);
+  if (!d.tokens && it != teacher.metadata.end() &&
+      it->second != nlohmann::json{{"mean", d.mean}, {"std", d.std}}.dump())
+    fail("--teacher " + o.teacher + " was trained on inputs normalised differently (" + it->second +
+         "): train it on the same --data");
+  // One example through both: they must take the same input and give the same number of outputs.
+  data::Example example = d.train->get(0);
+  data::SampleRng rng(0, 0, 0);
+  if (d.train_transform) example = d.train_transform->apply(example, rng);
+  NoGradGuard no_grad;
+  Tensor x = example.data.unsqueeze(0);
+  Tensor student_out = const_cast<nn::Module&>(student)(x), teacher_out;
+  try {
+    teacher.model->eval();
+    teacher_out = (*teacher.model)(x);
+  } catch (const Error& e) {
+    fail("--teacher " + o.teacher + " does not take this data's examples: " + e.what());
+  }
+  if (teacher_out.sizes() != student_out.sizes()) {
+    std::ostringstream message;
+    message << "--teacher " << o.teacher << " outputs " << teacher_out.sizes() << " for one example, the " << o.model
+            << " student " << student_out.sizes();
+    fail(message.str());
+  }
+  return teacher.model;
+}
+
 std::unique_ptr<nn::Optimizer> make_optimizer(const TrainOptions& o, nn::Module& model) {
   if (o.optimizer == "sgd")
     return std::make_unique<nn::SGD>(
@@ -290,6 +329,7 @@ std::unique_ptr<nn::LRScheduler> make_schedule(const TrainOptions& o, nn::Optimi
 // Run directory
 
 const char* const kConfigFile = "config.json";
+const char* const kModelFile = "model.safetensors";
 const char* const kMetricsFile = "metrics.jsonl";
 
 // Options that do not change what is trained: a directory holding a run that differs only in
@@ -391,6 +431,16 @@ struct Eval {
   double accuracy() const { return correct / count; }
 };
 
+// --teacher: the knowledge-distillation loss (quant/distill.h) between the student's output and
+// the teacher's, over every prediction ([N, C], or [B, T, V] flattened to [B*T, V]).
+Tensor distillation_loss_of(const Tensor& output, const Tensor& teacher_output, const Tensor& target,
+                            const TrainOptions& o) {
+  const int64_t classes = output.size(-1);
+  return quant::distillation_loss(output.reshape({-1, classes}), teacher_output.reshape({-1, classes}),
+                                  target.reshape({-1}),
+                                  quant::DistillationOptions{.temperature = o.kd_temperature, .alpha = o.kd_alpha});
+}
+
 Tensor loss_of(const Tensor& output, const Tensor& target, bool tokens) {
   if (!tokens) return nn::functional::cross_entropy(output, target);
   int64_t vocab = output.size(-1);
@@ -466,6 +516,8 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool us
     // the model itself, so that a checkpoint's keys do not depend on --dp.
     std::shared_ptr<nn::Module> trained = job.wrap(model);
     std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(o, *model);
+    std::optional<quant::Teacher> teacher;
+    if (!o.teacher.empty()) teacher.emplace(load_teacher(o, *model, d));
     // An optimizer step takes --grad-accum batches; an epoch's last step may take fewer.
     const int64_t batches_per_epoch = loader.num_batches();
     const int64_t steps_per_epoch = (batches_per_epoch + o.grad_accum - 1) / o.grad_accum;
@@ -587,7 +639,9 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool us
         {
           Trace::Scope scope(*trace, "forward");
           AutocastGuard autocast(DeviceType::CPU, amp, amp.has_value());
-          loss = loss_of((*trained)(batch.data), batch.target, d.tokens);
+          Tensor output = (*trained)(batch.data);
+          loss = teacher ? distillation_loss_of(output, (*teacher)(batch.data), batch.target, o)
+                         : loss_of(output, batch.target, d.tokens);
         }
         {
           // The mean over the step's examples: each micro-batch's mean loss weighs 1 / group_size.
@@ -724,6 +778,11 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool us
     if (saved_step != step) save();
     summary.seconds = elapsed();
     if (job.main()) {
+      // The trained model on its own, for tools/quantize, a distillation teacher or inference:
+      // architecture and input normalisation in the metadata, so the file is all they need.
+      std::map<std::string, std::string> model_meta{{nn::kTrainOptionsKey, to_json(o).dump()}};
+      if (!d.tokens) model_meta[nn::kInputNormalizationKey] = json{{"mean", d.mean}, {"std", d.std}}.dump();
+      nn::save_model(fs::path(o.out) / kModelFile, *model, model_meta);
       metrics.close();
       write_report(o.out);
       if (trace->enabled()) trace->write();
@@ -739,7 +798,7 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool us
     std::snprintf(line, sizeof line, "train: done: %lld steps, %lld/%lld epochs in %s%s\n",
                   static_cast<long long>(step), static_cast<long long>(summary.epochs),
                   static_cast<long long>(o.epochs), format_duration(summary.seconds).c_str(), val);
-    out << line << "train: run directory " << o.out << " (report.html, metrics.jsonl, checkpoint "
+    out << line << "train: run directory " << o.out << " (model.safetensors, report.html, metrics.jsonl, checkpoint "
         << summary.checkpoint.filename().string() << ")\n";
     return summary;
   } catch (const InputError&) {
