@@ -38,10 +38,12 @@ struct Activation {
   int32_t zero_point = 0;
 };
 
-// Clamps u8 values to [low, high] in place on a fresh tensor: the fused ReLU of a standalone
-// ReLU stage (low = zero point) and the range of outputs with fewer than 8 bits.
-Tensor clamp_u8(const Tensor& q, int64_t low, int64_t high) {
-  Tensor out = q.contiguous().clone();
+// Clamps u8 values to [low, high]: the fused ReLU of a standalone ReLU stage (low = zero point)
+// and the range of outputs with fewer than 8 bits. A kernel's fresh output is clamped in place,
+// keeping its layout (NHWC between convolutions); anything else is copied first.
+Tensor clamp_u8(const Tensor& q, int64_t low, int64_t high, bool owned) {
+  const bool dense = q.is_contiguous() || detail::is_channels_last(q);
+  Tensor out = owned && dense ? q : q.contiguous().clone();
   auto* p = out.data_ptr<uint8_t>();
   const auto lo = static_cast<uint8_t>(low), hi = static_cast<uint8_t>(high);
   const int64_t n = out.numel();
@@ -49,7 +51,10 @@ Tensor clamp_u8(const Tensor& q, int64_t low, int64_t high) {
   return out;
 }
 
-const Int8Output& output_of(const QuantizedModel::Stage& s) { return s.linear ? s.linear->output() : s.conv->output(); }
+// What a Linear or Conv2d stage's kernel was built from.
+const Int8LayerParams& params_of(const QuantizedModel::Stage& s) {
+  return s.linear ? s.linear->params() : s.conv->params();
+}
 
 // ---- file parsing: every field checked, with the file and the stage in the message ----------
 
@@ -120,9 +125,9 @@ Tensor QuantizedModel::forward(const Tensor& x) const {
           // A float input (the model's first layer) is quantized by the kernel with its own
           // input qparams; an integer one must carry them already.
           h = s.linear ? s.linear->forward(h) : s.conv->forward(h);
-          const Int8Output& out = output_of(s);
+          const Int8Output& out = params_of(s).output;
           act = {out.dtype != DType::Float32, out.scale, out.zero_point};
-          if (act.quantized && s.output_quant_max < 255) h = clamp_u8(h, 0, s.output_quant_max);
+          if (act.quantized && s.output_quant_max < 255) h = clamp_u8(h, 0, s.output_quant_max, /*owned=*/true);
           break;
         }
         case Kind::MaxPool2d:
@@ -136,7 +141,7 @@ Tensor QuantizedModel::forward(const Tensor& x) const {
           break;
         case Kind::ReLU:
           // max(x, 0) in real terms is max(q, zero_point) in integers.
-          h = act.quantized ? clamp_u8(h, act.zero_point, 255) : h.relu();
+          h = act.quantized ? clamp_u8(h, act.zero_point, 255, /*owned=*/false) : h.relu();
           break;
       }
     } catch (const Error& e) {
@@ -150,10 +155,9 @@ Tensor QuantizedModel::forward(const Tensor& x) const {
 int64_t QuantizedModel::weight_bytes() const {
   int64_t bytes = 0;
   for (const Stage& s : stages_) {
-    if (s.linear) bytes += s.linear->weight().nbytes() + s.linear->weight_scales().nbytes() +
-                           (s.linear->bias().defined() ? s.linear->bias().nbytes() : 0);
-    if (s.conv) bytes += s.conv->weight().nbytes() + s.conv->weight_scales().nbytes() +
-                         (s.conv->bias().defined() ? s.conv->bias().nbytes() : 0);
+    if (!s.linear && !s.conv) continue;
+    const Int8LayerParams& p = params_of(s);
+    bytes += p.weight.nbytes() + p.weight_scales.nbytes() + (p.bias.defined() ? p.bias.nbytes() : 0);
   }
   return bytes;
 }
@@ -164,9 +168,9 @@ std::string QuantizedModel::to_string() const {
     const Stage& s = stages_[i];
     os << "  " << i << ": " << kind_name(s.kind);
     if (s.linear) os << " " << s.linear->in_features() << " -> " << s.linear->out_features();
-    if (s.conv) os << " " << s.conv->weight().sizes();
+    if (s.conv) os << " " << s.conv->params().weight.sizes();
     if (s.linear || s.conv) {
-      const Int8Output& out = output_of(s);
+      const Int8Output& out = params_of(s).output;
       os << (out.relu ? " + relu" : "") << ", output ";
       if (out.dtype == DType::Float32)
         os << "f32";
@@ -188,20 +192,18 @@ void QuantizedModel::save(const std::filesystem::path& path,
     json entry{{"kind", kind_name(s.kind)}, {"source", s.source}};
     if (s.linear || s.conv) {
       const std::string prefix = "stages." + std::to_string(i) + ".";
-      const Int8Output& out = output_of(s);
-      const float in_scale = s.linear ? s.linear->input_scale() : s.conv->input_scale();
-      const int32_t in_zp = s.linear ? s.linear->input_zero_point() : s.conv->input_zero_point();
-      entry["input"] = json{{"scale", in_scale}, {"zero_point", in_zp}};
+      const Int8LayerParams& p = params_of(s);
+      const Int8Output& out = p.output;
+      entry["input"] = json{{"scale", p.input_scale}, {"zero_point", p.input_zero_point}};
       entry["output"] = out.dtype == DType::Float32
                             ? json{{"dtype", "f32"}}
                             : json{{"dtype", "u8"}, {"scale", out.scale}, {"zero_point", out.zero_point},
                                    {"quant_max", s.output_quant_max}};
       entry["relu"] = out.relu;
-      tensors.insert(prefix + "weight", s.linear ? s.linear->weight() : s.conv->weight());
-      tensors.insert(prefix + "weight_scale", s.linear ? s.linear->weight_scales() : s.conv->weight_scales());
-      const Tensor& bias = s.linear ? s.linear->bias() : s.conv->bias();
-      if (bias.defined()) tensors.insert(prefix + "bias", bias);
-      entry["bias"] = bias.defined();
+      tensors.insert(prefix + "weight", p.weight);
+      tensors.insert(prefix + "weight_scale", p.weight_scales);
+      if (p.bias.defined()) tensors.insert(prefix + "bias", p.bias);
+      entry["bias"] = p.bias.defined();
       if (s.conv) {
         const Int8ConvOptions& c = s.conv->options();
         entry["stride"] = {c.stride_h, c.stride_w};

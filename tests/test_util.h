@@ -122,6 +122,26 @@ inline Tensor make(const std::vector<double>& v, DType dtype) {
   return make(v, {}, dtype);
 }
 
+// The message of the loom::Error that f throws (fails the test when it throws none).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  FAIL("expected a loom::Error");
+  return "";
+}
+
+// A deterministic float32 pattern that a few lines of Python reproduce exactly, for comparing
+// with values computed by PyTorch: sin(seed + 0.61 i) * scale, rounded to float32.
+inline Tensor pat(IntArrayRef shape, double seed, double scale = 0.5) {
+  std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(seed + 0.61 * static_cast<double>(i)) * scale;
+  return make(v, shape, kFloat32);
+}
+
 // n deterministic values drawn from N(shift, scale^2).
 inline std::vector<double> random_values(int64_t n, uint64_t seed, double scale = 1.0, double shift = 0.0) {
   Generator gen(seed);

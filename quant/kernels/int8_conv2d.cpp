@@ -61,11 +61,15 @@ int64_t out_extent(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int6
 }  // namespace
 
 struct Int8Conv2d::Impl {
-  Tensor weight, weight_scales, bias;
-  float input_scale;
-  int32_t input_zero_point;
+  Int8LayerParams params;
+  // Names for the fields of params, which the plans below read.
+  Tensor& weight = params.weight;
+  Tensor& weight_scales = params.weight_scales;
+  Tensor& bias = params.bias;
+  float& input_scale = params.input_scale;
+  int32_t& input_zero_point = params.input_zero_point;
   Int8ConvOptions options;
-  Int8Output output;
+  Int8Output& output = params.output;
   int64_t out, in, kh, kw;
   std::vector<float> scales, folded_bias;
   Tensor bias_tensor;
@@ -181,14 +185,8 @@ Int8Conv2d::Int8Conv2d(const Tensor& weight, const Tensor& weight_scales, const 
   detail::ChannelParams params =
       detail::channel_params(op, weight, weight_scales, bias, input_scale, input_zero_point, output, fold);
   Impl& m = *impl_;
-  // Detached copies: the layer keeps no autograd graph alive and sees no later in-place edit.
-  m.weight = weight.detach().contiguous().clone();
-  m.weight_scales = weight_scales.detach().contiguous().clone();
-  if (bias.defined()) m.bias = bias.detach().contiguous().clone();
-  m.input_scale = input_scale;
-  m.input_zero_point = input_zero_point;
+  m.params = detail::detached_layer_params(weight, weight_scales, bias, input_scale, input_zero_point, output);
   m.options = options;
-  m.output = output;
   m.out = weight.size(0);
   m.in = weight.size(1) * o.groups;
   m.kh = weight.size(2);
@@ -213,10 +211,7 @@ Tensor Int8Conv2d::forward(const Tensor& x) const {
   constexpr std::string_view op = "Int8Conv2d::forward";
   LOOM_CHECK(impl_ != nullptr, op, ": called on a moved-from layer");
   Impl& m = *impl_;
-  LOOM_CHECK(x.defined(), op, ": expected a defined input");
-  LOOM_CHECK(x.is_cpu(), op, ": expected a CPU input, got one on ", x.device());
-  LOOM_CHECK(x.dtype() == kUInt8 || x.dtype() == kFloat32, op, ": expected a uint8 (or float32) input, got ",
-             x.dtype());
+  detail::check_int8_input(op, x);
   LOOM_CHECK(x.dim() == 4 && x.size(1) == m.in, op, ": expected an input [N, ", m.in, ", H, W], got ",
              x.sizes());
   const Int8ConvOptions& o = m.options;
@@ -256,26 +251,11 @@ int64_t Int8Conv2d::in_channels() const {
 int64_t Int8Conv2d::out_channels() const {
   return impl_->out;
 }
-const Tensor& Int8Conv2d::weight() const {
-  return impl_->weight;
-}
-const Tensor& Int8Conv2d::weight_scales() const {
-  return impl_->weight_scales;
-}
-const Tensor& Int8Conv2d::bias() const {
-  return impl_->bias;
-}
-float Int8Conv2d::input_scale() const {
-  return impl_->input_scale;
-}
-int32_t Int8Conv2d::input_zero_point() const {
-  return impl_->input_zero_point;
-}
 const Int8ConvOptions& Int8Conv2d::options() const {
   return impl_->options;
 }
-const Int8Output& Int8Conv2d::output() const {
-  return impl_->output;
+const Int8LayerParams& Int8Conv2d::params() const {
+  return impl_->params;
 }
 
 }  // namespace loom::quant

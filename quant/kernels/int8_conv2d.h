@@ -59,14 +59,10 @@ class Int8Conv2d {
 
   int64_t in_channels() const;
   int64_t out_channels() const;
-  // The parameters it was built from (for saving): the plain int8 weight, scales, bias.
-  const Tensor& weight() const;
-  const Tensor& weight_scales() const;
-  const Tensor& bias() const;
-  float input_scale() const;
-  int32_t input_zero_point() const;
+  // The parameters it was built from (for saving): the plain int8 weight, scales, bias, input
+  // qparams, output; and the convolution's options.
+  const Int8LayerParams& params() const;
   const Int8ConvOptions& options() const;
-  const Int8Output& output() const;
 
  private:
   struct Impl;

@@ -29,6 +29,25 @@ void check_int8_output(std::string_view op, const Int8Output& output) {
              output.zero_point, " is outside the range [", lo, ", ", hi, "] of ", output.dtype);
 }
 
+void check_int8_input(std::string_view op, const Tensor& x) {
+  LOOM_CHECK(x.defined(), op, ": expected a defined input");
+  LOOM_CHECK(x.is_cpu(), op, ": expected a CPU input, got one on ", x.device());
+  LOOM_CHECK(x.dtype() == kUInt8 || x.dtype() == kFloat32, op, ": expected a uint8 (or float32) input, got ",
+             x.dtype());
+}
+
+Int8LayerParams detached_layer_params(const Tensor& weight, const Tensor& weight_scales, const Tensor& bias,
+                                      float input_scale, int32_t input_zero_point, const Int8Output& output) {
+  Int8LayerParams p;
+  p.weight = weight.detach().contiguous().clone();
+  p.weight_scales = weight_scales.detach().contiguous().clone();
+  if (bias.defined()) p.bias = bias.detach().contiguous().clone();
+  p.input_scale = input_scale;
+  p.input_zero_point = input_zero_point;
+  p.output = output;
+  return p;
+}
+
 ChannelParams channel_params(std::string_view op, const Tensor& weight, const Tensor& weight_scales,
                              const Tensor& bias, float input_scale, int32_t input_zero_point,
                              const Int8Output& output, bool fold_zero_point) {
@@ -97,10 +116,14 @@ struct Plan {
 }  // namespace
 
 struct Int8Linear::Impl {
-  Tensor weight, weight_scales, bias;
-  float input_scale;
-  int32_t input_zero_point;
-  Int8Output output;
+  Int8LayerParams params;
+  // Names for the fields of params, which the plans below read.
+  Tensor& weight = params.weight;
+  Tensor& weight_scales = params.weight_scales;
+  Tensor& bias = params.bias;
+  float& input_scale = params.input_scale;
+  int32_t& input_zero_point = params.input_zero_point;
+  Int8Output& output = params.output;
   int64_t in, out;
   std::vector<float> scales, folded_bias;
   Tensor bias_tensor;  // folded_bias as a [1, out] float tensor (undefined when none)
@@ -167,13 +190,7 @@ Int8Linear::Int8Linear(const Tensor& weight, const Tensor& weight_scales, const 
   detail::ChannelParams params =
       detail::channel_params(op, weight, weight_scales, bias, input_scale, input_zero_point, output, true);
   Impl& m = *impl_;
-  // Detached copies: the layer keeps no autograd graph alive and sees no later in-place edit.
-  m.weight = weight.detach().contiguous().clone();
-  m.weight_scales = weight_scales.detach().contiguous().clone();
-  if (bias.defined()) m.bias = bias.detach().contiguous().clone();
-  m.input_scale = input_scale;
-  m.input_zero_point = input_zero_point;
-  m.output = output;
+  m.params = detail::detached_layer_params(weight, weight_scales, bias, input_scale, input_zero_point, output);
   m.out = weight.size(0);
   m.in = weight.size(1);
   m.scales = std::move(params.scales);
@@ -198,10 +215,7 @@ Tensor Int8Linear::forward(const Tensor& x) const {
   constexpr std::string_view op = "Int8Linear::forward";
   LOOM_CHECK(impl_ != nullptr, op, ": called on a moved-from layer");
   Impl& m = *impl_;
-  LOOM_CHECK(x.defined(), op, ": expected a defined input");
-  LOOM_CHECK(x.is_cpu(), op, ": expected a CPU input, got one on ", x.device());
-  LOOM_CHECK(x.dtype() == kUInt8 || x.dtype() == kFloat32, op, ": expected a uint8 (or float32) input, got ",
-             x.dtype());
+  detail::check_int8_input(op, x);
   LOOM_CHECK(x.dim() == 2 && x.size(1) == m.in, op, ": expected an input [N, ", m.in, "], got ", x.sizes());
   const int64_t batch = x.size(0);
   Tensor y = empty({batch, m.out}, TensorOptions(m.output.dtype));
@@ -228,23 +242,8 @@ int64_t Int8Linear::in_features() const {
 int64_t Int8Linear::out_features() const {
   return impl_->out;
 }
-const Tensor& Int8Linear::weight() const {
-  return impl_->weight;
-}
-const Tensor& Int8Linear::weight_scales() const {
-  return impl_->weight_scales;
-}
-const Tensor& Int8Linear::bias() const {
-  return impl_->bias;
-}
-float Int8Linear::input_scale() const {
-  return impl_->input_scale;
-}
-int32_t Int8Linear::input_zero_point() const {
-  return impl_->input_zero_point;
-}
-const Int8Output& Int8Linear::output() const {
-  return impl_->output;
+const Int8LayerParams& Int8Linear::params() const {
+  return impl_->params;
 }
 
 }  // namespace loom::quant

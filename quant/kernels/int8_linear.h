@@ -33,7 +33,24 @@ struct Int8Output {
   bool relu = false;
 };
 
+// What an int8 layer is built from, and what a quantized-model file stores for it.
+struct Int8LayerParams {
+  Tensor weight;         // Int8 [out, in] or [out, in / groups, kh, kw], symmetric (zero point 0)
+  Tensor weight_scales;  // Float32 [out] (per output channel) or [1] (per tensor)
+  Tensor bias;           // Float32 [out], or undefined
+  float input_scale = 1.0f;  // of the u8 input
+  int32_t input_zero_point = 0;
+  Int8Output output;
+};
+
 namespace detail {
+// Detached contiguous copies of a layer's tensors: a layer keeps no autograd graph alive and
+// sees no later in-place edit of the tensors it was built from.
+Int8LayerParams detached_layer_params(const Tensor& weight, const Tensor& weight_scales, const Tensor& bias,
+                                      float input_scale, int32_t input_zero_point, const Int8Output& output);
+// Throws loom::Error naming `op` unless x is a defined CPU tensor of UInt8 (or Float32, which the
+// layer quantizes itself).
+void check_int8_input(std::string_view op, const Tensor& x);
 // Shared by the int8 layers (Int8Linear, Int8Conv2d). Throws loom::Error naming `op` on a bad
 // output description (dtype not Float32/UInt8/Int8, scale not positive and finite, zero point
 // outside the dtype's range).
@@ -79,13 +96,8 @@ class Int8Linear {
   int64_t in_features() const;
   int64_t out_features() const;
   // The parameters it was built from (for saving): the int8 weight [out, in] in plain layout,
-  // the scales, the bias (undefined when none).
-  const Tensor& weight() const;
-  const Tensor& weight_scales() const;
-  const Tensor& bias() const;
-  float input_scale() const;
-  int32_t input_zero_point() const;
-  const Int8Output& output() const;
+  // the scales, the bias (undefined when none), the input qparams and the output.
+  const Int8LayerParams& params() const;
 
  private:
   struct Impl;

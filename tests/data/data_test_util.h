@@ -91,17 +91,6 @@ inline void corrupt_byte(const std::string& path, std::streamoff offset) {
   f.put(static_cast<char>(~c));
 }
 
-// The message of the loom::Error that f throws (fails the test when it throws none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  FAIL("expected a loom::Error");
-  return "";
-}
 
 // True when `text` contains every one of `parts`.
 inline bool contains_all(const std::string& text, std::initializer_list<std::string> parts) {

@@ -32,13 +32,6 @@ using namespace loom::test;
 
 namespace {
 
-// The pattern of the Python helper above: sin(seed + 0.61 i) * scale, rounded to float32.
-Tensor pat(IntArrayRef shape, double seed, double scale = 0.5) {
-  std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(seed + 0.61 * static_cast<double>(i)) * scale;
-  return make(v, shape, kFloat32);
-}
-
 // The Python fill(): the module's floating state-dict entries, in order, from pat(seed0 + k).
 void fill(nn::Module& module, double seed0) {
   NoGradGuard no_grad;

@@ -43,17 +43,6 @@ Tensor ints(std::vector<int64_t> v, IntArrayRef shape = {}) { return tensor<int6
 Tensor logits(DType dtype = kFloat64) { return seq({4, 5}, 0.7, 0.1, 2.0, dtype); }
 Tensor class_weight() { return make({0.5, 1.0, 2.0, 1.5, 0.25}, kFloat64); }
 
-// The message of the loom::Error that `fn` throws ("" if it throws none).
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 // ---- cross_entropy with class indices ---------------------------------------------------------

@@ -55,17 +55,6 @@ Tensor labels() {
   return tensor<int64_t>({1, 0, 4, 2});
 }
 
-// The message of the loom::Error that `fn` throws ("" if it throws none).
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 void check_error(const std::string& message, const std::vector<std::string>& parts) {
   CAPTURE(message);
   REQUIRE_FALSE(message.empty());  // it threw a loom::Error

@@ -50,12 +50,7 @@ constexpr Tol kExact{0, 0};
 // terms when the terms cancel).
 constexpr Tol kSumTol{4e-6, 1e-7};
 
-// The Python pat() above: sin(seed + 0.61 i) * scale in float64, rounded to float32.
-Tensor pat(IntArrayRef shape, double seed, double scale = 0.5) {
-  std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(seed + 0.61 * static_cast<double>(i)) * scale;
-  return make(v, shape, kFloat32);
-}
+// The Python pat() above is tests/test_util.h's pat().
 
 // The Python fp() above.
 uint64_t fingerprint(const Tensor& t) {

@@ -27,12 +27,6 @@ using namespace loom::test;
 
 namespace {
 
-Tensor pat(IntArrayRef shape, double seed, double scale = 0.5) {
-  std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(seed + 0.61 * static_cast<double>(i)) * scale;
-  return make(v, shape, kFloat32);
-}
-
 struct Expected {
   float scale;
   int32_t zero_point;
