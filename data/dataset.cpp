@@ -25,4 +25,20 @@ Example TensorDataset::get(int64_t index) const {
   return {data_.select(0, index), target_.defined() ? target_.select(0, index) : Tensor()};
 }
 
+Subset::Subset(std::shared_ptr<const Dataset> dataset, int64_t size) : dataset_(std::move(dataset)), size_(size) {
+  LOOM_CHECK(dataset_ != nullptr, "Subset: null dataset");
+  LOOM_CHECK(size >= 1 && size <= dataset_->size(), "Subset: expected a size in [1, ", dataset_->size(),
+             "] (the dataset's), got ", size);
+}
+
+Example Subset::get(int64_t index) const {
+  check_index(index, size_, "Subset");
+  return dataset_->get(index);
+}
+
+std::string Subset::identity() const {
+  const std::string inner = dataset_->identity();
+  return inner.empty() ? "" : inner + " [first " + std::to_string(size_) + "]";
+}
+
 }  // namespace loom::data

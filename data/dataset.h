@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/tensor.h"
@@ -46,6 +47,21 @@ class TensorDataset : public Dataset {
  private:
   Tensor data_, target_;
   int64_t size_ = 0;
+};
+
+// The first `size` examples of another dataset (torch.utils.data.Subset of range(size)): a
+// smaller labelled set for experiments (how a model does with less data) and quick runs.
+// Throws loom::Error for a null dataset or a size outside [1, dataset->size()].
+class Subset : public Dataset {
+ public:
+  Subset(std::shared_ptr<const Dataset> dataset, int64_t size);
+  int64_t size() const override { return size_; }
+  Example get(int64_t index) const override;
+  std::string identity() const override;
+
+ private:
+  std::shared_ptr<const Dataset> dataset_;
+  int64_t size_;
 };
 
 // Throws loom::Error "<what>: index 12 out of range [0, 10)" unless 0 <= index < size.

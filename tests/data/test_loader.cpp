@@ -16,6 +16,7 @@
 
 using namespace loom;
 using namespace loom::data;
+using loom::test::error_of;
 
 namespace {
 
@@ -142,6 +143,22 @@ TEST_CASE("an epoch visits every example once, in batches of the requested size"
   std::vector<int64_t> order;
   for (Batch& b : sequential) order.insert(order.end(), b.indices.begin(), b.indices.end());
   CHECK(order == arange(100).to_vector<int64_t>());
+}
+
+TEST_CASE("Subset serves the first n examples of a dataset, and only those") {
+  auto ds = std::make_shared<TensorDataset>(arange(100).view({100, 1}), arange(100));
+  auto first = std::make_shared<Subset>(ds, 30);
+  CHECK(first->size() == 30);
+  CHECK(first->get(29).target.item<int64_t>() == 29);
+  CHECK(error_of([&] { first->get(30); }).find("index 30 out of range [0, 30)") != std::string::npos);
+  DataLoader loader(first, DataLoaderOptions().batch_size(8).shuffle(true).workers(2));
+  std::set<int64_t> seen;
+  for (Batch& b : loader) seen.insert(b.indices.begin(), b.indices.end());
+  const std::vector<int64_t> expected = arange(30).to_vector<int64_t>();
+  CHECK(seen == std::set<int64_t>(expected.begin(), expected.end()));
+  CHECK(error_of([&] { Subset(ds, 101); }).find("expected a size in [1, 100]") != std::string::npos);
+  CHECK(error_of([&] { Subset(ds, 0); }).find("got 0") != std::string::npos);
+  CHECK(error_of([&] { Subset(nullptr, 1); }).find("null dataset") != std::string::npos);
 }
 
 TEST_CASE("resuming from a saved state yields exactly the remaining batches") {

@@ -184,7 +184,7 @@ TEST_CASE("train --dp N equals one process with N times the batch, and only rank
   CHECK(dp.log.empty() == (world->rank() != 0));
   std::set<std::string> names;
   for (const auto& entry : fs::directory_iterator(dir / "dp")) names.insert(entry.path().filename().string());
-  CHECK(names == std::set<std::string>{"config.json", "metrics.jsonl", "report.html", "latest",
+  CHECK(names == std::set<std::string>{"config.json", "metrics.jsonl", "report.html", "latest", "model.safetensors",
                                        "step-" + std::string(8 - std::to_string(steps).size(), '0') +
                                            std::to_string(steps)});
   CHECK(count_lines(dir / "dp" / "metrics.jsonl", "\"kind\":\"train\"") == steps);

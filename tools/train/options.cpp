@@ -133,6 +133,9 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
   app.add_option("--data", o.data,
                  "Training set, an HDF5 file from make_dataset (required unless --generate)");
   app.add_option("--val", o.val, "Validation set (HDF5), evaluated after every epoch");
+  app.add_option("--train-examples", o.train_examples,
+                 "Train on the first N examples of --data only (0: all): learning from less labelled data")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--workers", o.workers, "Data-loader worker threads (0: load on the training thread)")
       ->check(CLI::NonNegativeNumber);
 
@@ -284,6 +287,7 @@ nlohmann::json to_json(const TrainOptions& o) {
   // Written only when set, so that the config.json of a single-process run keeps the keys it had
   // before --dp existed (a run directory from then still counts as "a run of the same config").
   if (o.dp != 1) j["dp"] = o.dp;
+  if (o.train_examples != 0) j["train-examples"] = o.train_examples;
   if (!o.teacher.empty()) {
     j["teacher"] = o.teacher;
     j["kd-temperature"] = o.kd_temperature;

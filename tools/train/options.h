@@ -27,6 +27,7 @@ struct TrainOptions {
   // Data.
   std::string data;  // TRAIN.h5
   std::string val;   // VAL.h5 (optional)
+  int64_t train_examples = 0;  // train on the first N examples of --data only; 0: all
   int workers = 2;
   // Optimisation.
   int64_t epochs = 1;

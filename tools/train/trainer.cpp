@@ -489,6 +489,12 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool us
 
     trace->begin("setup");
     Data d = load_data(o);
+    if (o.train_examples > 0) {
+      if (o.train_examples > d.train->size())
+        fail("--train-examples " + std::to_string(o.train_examples) + ": " + o.data + " holds only " +
+             std::to_string(d.train->size()) + " training examples");
+      d.train = std::make_shared<data::Subset>(d.train, o.train_examples);
+    }
     // With --dp N, rank r reads every N-th example of the epoch's permutation (the same on every
     // rank: same seed), from r on. Batch k of all ranks together is then positions
     // [k·N·b, (k+1)·N·b) of that permutation: the batch of one process with --batch N·b.
