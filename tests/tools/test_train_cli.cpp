@@ -272,7 +272,8 @@ TEST_CASE("train: model.safetensors rebuilds the model; --teacher distils from o
     run(s);
     FAIL("expected an input error");
   } catch (const train::InputError& e) {
-    CHECK(std::string(e.what()).find("outputs [1, 7]") != std::string::npos);
+    CHECK(std::string(e.what()).find("outputs [1, 7] for one example, but the mlp student predicts 4 classes") !=
+          std::string::npos);
   }
   s.teacher = (dir / "nope.safetensors").string();
   CHECK_THROWS_AS(run(s), train::InputError);

@@ -268,7 +268,7 @@ std::shared_ptr<nn::Module> make_model(const TrainOptions& o, const Data& d) {
 
 // The --teacher model file (model.safetensors of an earlier run), checked against the data: it
 // must predict the same classes (or tokens) as the student, from the same inputs.
-std::shared_ptr<nn::Module> load_teacher(const TrainOptions& o, const nn::Module& student, const Data& d) {
+std::shared_ptr<nn::Module> load_teacher(const TrainOptions& o, const Data& d) {
   if (!fs::exists(o.teacher)) fail("--teacher " + o.teacher + ": no such file (give a run's model.safetensors)");
   nn::LoadedModel teacher;
   try {
@@ -281,23 +281,24 @@ std::shared_ptr<nn::Module> load_teacher(const TrainOptions& o, const nn::Module
       it->second != nlohmann::json{{"mean", d.mean}, {"std", d.std}}.dump())
     fail("--teacher " + o.teacher + " was trained on inputs normalised differently (" + it->second +
          "): train it on the same --data");
-  // One example through both: they must take the same input and give the same number of outputs.
+  // One example through the teacher: it must take this data's input and predict as many classes
+  // (or tokens) as the student does.
   data::Example example = d.train->get(0);
   data::SampleRng rng(0, 0, 0);
   if (d.train_transform) example = d.train_transform->apply(example, rng);
   NoGradGuard no_grad;
-  Tensor x = example.data.unsqueeze(0);
-  Tensor student_out = const_cast<nn::Module&>(student)(x), teacher_out;
+  Tensor out;
   try {
     teacher.model->eval();
-    teacher_out = (*teacher.model)(x);
+    out = (*teacher.model)(example.data.unsqueeze(0));
   } catch (const Error& e) {
     fail("--teacher " + o.teacher + " does not take this data's examples: " + e.what());
   }
-  if (teacher_out.sizes() != student_out.sizes()) {
+  const int64_t classes = d.tokens ? d.vocab : d.classes;
+  if (out.size(-1) != classes) {
     std::ostringstream message;
-    message << "--teacher " << o.teacher << " outputs " << teacher_out.sizes() << " for one example, the " << o.model
-            << " student " << student_out.sizes();
+    message << "--teacher " << o.teacher << " outputs " << out.sizes() << " for one example, but the " << o.model
+            << " student predicts " << classes << (d.tokens ? " tokens" : " classes");
     fail(message.str());
   }
   return teacher.model;
@@ -523,7 +524,7 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool us
     std::shared_ptr<nn::Module> trained = job.wrap(model);
     std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(o, *model);
     std::optional<quant::Teacher> teacher;
-    if (!o.teacher.empty()) teacher.emplace(load_teacher(o, *model, d));
+    if (!o.teacher.empty()) teacher.emplace(load_teacher(o, d));
     // An optimizer step takes --grad-accum batches; an epoch's last step may take fewer.
     const int64_t batches_per_epoch = loader.num_batches();
     const int64_t steps_per_epoch = (batches_per_epoch + o.grad_accum - 1) / o.grad_accum;
