@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <initializer_list>
 #include <sstream>
 #include <string>
@@ -104,10 +106,10 @@ TEST_CASE("quantize: a trained MLP and CNN become INT8 files that reload and kee
   ScratchDir dir("quantize_e2e");
   const fs::path train_set = quadrant_dataset(dir.path(), "train", 512, 1, 8, 1);
   const fs::path test_set = quadrant_dataset(dir.path(), "test", 128, 1, 8, 2);
-  for (const char* model : {"mlp", "cnn"}) {
+  for (const std::string model : {"mlp", "cnn"}) {
     CAPTURE(model);
     const fs::path float_file = trained_model(dir.path(), model, train_set, test_set);
-    for (const char* method : {"minmax", "entropy"}) {
+    for (const std::string method : {"minmax", "entropy"}) {
       CAPTURE(method);
       QuantizeOptions o = options_for(float_file, train_set, dir.path() / (std::string(model) + ".int8.safetensors"));
       o.method = method;
@@ -123,6 +125,22 @@ TEST_CASE("quantize: a trained MLP and CNN become INT8 files that reload and kee
       CHECK(s.ptq.latency_b1_ms > 0);
       auto loaded = quant::QuantizedModel::load(o.out);
       CHECK(loaded->metadata().count(nn::kInputNormalizationKey) == 1);
+      CHECK(out.str().find("INT8 layers (PTQ):") != std::string::npos);
+      // The model came from a train run: its report gained a quantization section with a row
+      // per INT8 layer.
+      const fs::path run = float_file.parent_path();
+      REQUIRE(fs::exists(run / "quantization.json"));
+      std::ifstream report_file(run / "report.html");
+      const std::string report((std::istreambuf_iterator<char>(report_file)), std::istreambuf_iterator<char>());
+      CHECK(report.find("<h2>Quantization</h2>") != std::string::npos);
+      CHECK(report.find(method + " calibration, per-channel weights") != std::string::npos);
+      const size_t begin = report.find("<h3>INT8 layers</h3>");
+      REQUIRE(begin != std::string::npos);
+      const std::string table = report.substr(begin, report.find("</table>", begin) - begin);
+      size_t rows = 0;
+      for (size_t at = 0; (at = table.find("</td></tr>", at)) != std::string::npos; ++at) ++rows;
+      CHECK(rows == (model == "mlp" ? 2u : 3u));  // MLP 64-32-4: two Linear layers
+      CHECK(table.find("f32 (dequantized)") != std::string::npos);
     }
   }
 }

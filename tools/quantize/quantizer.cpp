@@ -14,6 +14,7 @@
 #include "data/data.h"
 #include "nn/nn.h"
 #include "quant/quant.h"
+#include "tools/train/report.h"
 
 namespace loom::quantize {
 namespace {
@@ -150,6 +151,40 @@ void print_table(const QuantizeSummary& s, const QuantizeOptions& o, std::ostrea
   }
 }
 
+// Per layer: where it came from and the scales it ended with (the report's layer table).
+json layers_json(const quant::QuantizedModel& model) {
+  json layers = json::array();
+  for (const auto& s : model.stages()) {
+    if (!s.linear && !s.conv) continue;
+    const quant::Int8LayerParams& p = s.linear ? s.linear->params() : s.conv->params();
+    const std::vector<float> scales = p.weight_scales.to_vector<float>();
+    json layer{{"kind", s.linear ? "linear" : "conv2d"},
+               {"source", s.source},
+               {"weight_shape", p.weight.sizes().vec()},
+               {"input_scale", p.input_scale},
+               {"input_zero_point", p.input_zero_point},
+               {"weight_scale_min", *std::min_element(scales.begin(), scales.end())},
+               {"weight_scale_max", *std::max_element(scales.begin(), scales.end())},
+               {"weight_scales", scales.size()},
+               {"relu", p.output.relu}};
+    if (p.output.dtype == DType::Float32) {
+      layer["output"] = "f32";
+    } else {
+      layer["output_scale"] = p.output.scale;
+      layer["output_zero_point"] = p.output.zero_point;
+    }
+    layers.push_back(layer);
+  }
+  return layers;
+}
+
+// The run directory a model file belongs to (train writes RUN_DIR/model.safetensors next to
+// config.json and metrics.jsonl), or empty.
+fs::path run_dir_of(const std::string& model_file) {
+  const fs::path dir = fs::path(model_file).parent_path();
+  return fs::exists(dir / "config.json") && fs::exists(dir / "metrics.jsonl") ? dir : fs::path();
+}
+
 json report_json(const ModelReport& r) {
   return {{"accuracy", r.accuracy},
           {"file_bytes", r.file_bytes},
@@ -275,6 +310,7 @@ QuantizeSummary run_quantize(const QuantizeOptions& o, std::ostream& out) {
     }
   }
   std::shared_ptr<quant::QuantizedModel> ptq = quant::convert(*prepared);
+  std::shared_ptr<quant::QuantizedModel> written = ptq;  // what --out holds in the end
   summary.calibration_seconds = seconds_since(start);
 
   auto measure = [&](const quant::QuantizedModel& q, const fs::path& file) {
@@ -314,19 +350,36 @@ QuantizeSummary run_quantize(const QuantizeOptions& o, std::ostream& out) {
     summary.qat_seconds = seconds_since(start);
     metadata["loom.qat_epochs"] = std::to_string(o.qat_epochs);
     qat_model->save(o.out, metadata);  // QAT's model replaces PTQ's in --out
+    written = qat_model;
     summary.qat = measure(*qat_model, o.out);
   }
   print_table(summary, o, out);
+  out << "\nINT8 layers (" << (summary.qat ? "QAT" : "PTQ") << "):\n" << written->to_string();
   out << "quantize: wrote " << o.out << (summary.qat ? " (the QAT model)" : "") << "\n";
-  if (!o.json.empty()) {
-    json j{{"model", o.model}, {"method", o.method},       {"per_channel", o.per_channel},
-           {"bits", o.bits},   {"f32", report_json(summary.f32)}, {"ptq", report_json(summary.ptq)},
-           {"calibration_seconds", summary.calibration_seconds}};
-    if (summary.qat) {
-      j["qat"] = report_json(*summary.qat);
-      j["qat_seconds"] = summary.qat_seconds;
-    }
-    nn::write_file_atomically(o.json, j.dump(2) + "\n");
+  json j{{"model", o.model},
+         {"out", o.out},
+         {"method", o.method},
+         {"per_channel", o.per_channel},
+         {"bits", o.bits},
+         {"batch", o.batch},
+         {"test_examples", summary.test_examples},
+         {"f32", report_json(summary.f32)},
+         {"ptq", report_json(summary.ptq)},
+         {"calibration_batches", o.calib_batches},
+         {"calibration_seconds", summary.calibration_seconds},
+         {"layers", layers_json(*written)}};
+  if (summary.qat) {
+    j["qat"] = report_json(*summary.qat);
+    j["qat_epochs"] = o.qat_epochs;
+    j["qat_seconds"] = summary.qat_seconds;
+    if (!o.teacher.empty()) j["teacher"] = o.teacher;
+  }
+  if (!o.json.empty()) nn::write_file_atomically(o.json, j.dump(2) + "\n");
+  // A model from a train run: its report gets a quantization section.
+  if (const fs::path run = run_dir_of(o.model); !run.empty()) {
+    nn::write_file_atomically(run / train::kQuantizationFile, j.dump(2) + "\n");
+    train::write_report(run);
+    out << "quantize: added the results to " << (run / "report.html").string() << "\n";
   }
   return summary;
 }

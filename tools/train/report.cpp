@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <fstream>
 #include <limits>
 #include <sstream>
 
@@ -402,6 +403,56 @@ std::string html_escape(const std::string& text) {
   return out;
 }
 
+// The "Quantization" section from quantization.json: the f32 / INT8 comparison and a table of
+// every INT8 layer's scales (input, weight range over its channels, output). Fields that are
+// missing are shown as "-": the file is informative, not a contract.
+std::string quantization_section(const json& q) {
+  std::ostringstream h;
+  auto num = [](const json& obj, const char* key, int precision = 4) {
+    return obj.contains(key) && obj[key].is_number() ? fmt(obj[key].get<double>(), precision) : std::string("-");
+  };
+  auto str = [](const json& obj, const char* key) {
+    return obj.contains(key) ? config_value(obj[key]) : std::string("-");
+  };
+  h << "<h2>Quantization</h2>\n<p class=\"sub\">" << html_escape(str(q, "out")) << ": "
+    << html_escape(str(q, "method")) << " calibration, "
+    << (q.value("per_channel", false) ? "per-channel" : "per-tensor") << " weights, " << html_escape(str(q, "bits"))
+    << " bits; " << html_escape(str(q, "calibration_batches")) << " batches in "
+    << html_escape(num(q, "calibration_seconds", 3)) << " s</p>\n";
+  h << "<table>\n<tr><th></th><th>test accuracy</th><th>model file</th><th>latency, batch 1</th><th>latency, batch "
+    << html_escape(str(q, "batch")) << "</th></tr>\n";
+  for (const auto& [key, label] : {std::pair{"f32", "f32"}, std::pair{"ptq", "INT8 (PTQ)"}, std::pair{"qat", "INT8 (QAT)"}}) {
+    if (!q.contains(key) || !q[key].is_object()) continue;
+    const json& r = q[key];
+    const std::string acc = r.contains("accuracy") && r["accuracy"].is_number()
+                                ? fixed(100 * r["accuracy"].get<double>(), 2) + " %"
+                                : "-";
+    const std::string kb = r.contains("file_bytes") && r["file_bytes"].is_number()
+                               ? fixed(r["file_bytes"].get<double>() / 1024, 1) + " KB"
+                               : "-";
+    h << "<tr><th>" << label << "</th><td class=\"v\">" << acc << "</td><td class=\"v\">" << kb
+      << "</td><td class=\"v\">" << num(r, "latency_b1_ms") << " ms</td><td class=\"v\">"
+      << num(r, "latency_batch_ms") << " ms</td></tr>\n";
+  }
+  h << "</table>\n";
+  if (q.contains("layers") && q["layers"].is_array()) {
+    h << "<h3>INT8 layers</h3>\n<table>\n<tr><th>layer</th><th>from</th><th>weight</th><th>input scale / zero "
+         "point</th><th>weight scales (min - max)</th><th>output scale / zero point</th></tr>\n";
+    for (const json& l : q["layers"]) {
+      const std::string output = l.contains("output_scale") ? num(l, "output_scale") + " / " + str(l, "output_zero_point")
+                                                            : std::string("f32 (dequantized)");
+      h << "<tr><td>" << html_escape(str(l, "kind")) << (l.value("relu", false) ? " + relu" : "") << "</td><td>"
+        << html_escape(str(l, "source")) << "</td><td class=\"v\">" << html_escape(str(l, "weight_shape"))
+        << "</td><td class=\"v\">" << num(l, "input_scale") << " / " << html_escape(str(l, "input_zero_point"))
+        << "</td><td class=\"v\">" << num(l, "weight_scale_min") << " - " << num(l, "weight_scale_max") << " ("
+        << html_escape(str(l, "weight_scales")) << ")</td><td class=\"v\">" << html_escape(output)
+        << "</td></tr>\n";
+    }
+    h << "</table>\n";
+  }
+  return h.str();
+}
+
 void write_report(const std::filesystem::path& run_dir) {
   LOOM_CHECK(std::filesystem::is_directory(run_dir), "report: run directory ", run_dir.string(),
              " does not exist; pass the directory that train wrote");
@@ -463,6 +514,15 @@ void write_report(const std::filesystem::path& run_dir) {
                  {{"throughput", "#9467bd", m.throughput}}, {.y_from_zero = true});
   h << svg_chart("Learning rate", "step", "learning rate", {{"learning rate", "#ff7f0e", m.lr}}, {.y_from_zero = true});
   h << "</div>\n";
+
+  if (const auto quant_file = run_dir / kQuantizationFile; std::filesystem::exists(quant_file)) {
+    std::ifstream in(quant_file);
+    const json q = json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (q.is_object())
+      h << quantization_section(q);
+    else
+      h << "<div class=\"notes\">" << html_escape(quant_file.string()) << " is not valid JSON; skipped</div>\n";
+  }
 
   h << "<h2>Configuration</h2>\n<table>\n<tr><th>option</th><th>value</th></tr>\n";
   for (const auto& [key, value] : config.items())

@@ -5,9 +5,10 @@
  * fast": training loss (raw and smoothed) vs step, validation loss and accuracy vs epoch,
  * throughput vs step, learning rate vs step.
  *
- * Inputs (written by the trainer):
- *   RUN_DIR/config.json    one JSON object: the resolved options
- *   RUN_DIR/metrics.jsonl  one JSON object per line, "kind" = "train" or "val"
+ * Inputs (written by the trainer, and by tools/quantize):
+ *   RUN_DIR/config.json        one JSON object: the resolved options
+ *   RUN_DIR/metrics.jsonl      one JSON object per line, "kind" = "train" or "val"
+ *   RUN_DIR/quantization.json  optional: float vs INT8 accuracy, size, latency, per-layer scales
  * The charts are hand-written SVG with "nice" axis ticks (steps of 1, 2 or 5 times a power of
  * ten), so this file has no dependency beyond nlohmann::json.
  */
@@ -19,7 +20,12 @@
 
 namespace loom::train {
 
-// Reads RUN_DIR/config.json and RUN_DIR/metrics.jsonl and writes RUN_DIR/report.html
+// Written by tools/quantize into the run directory of the model it quantized: the results table
+// and the per-layer scales, which write_report adds as a "Quantization" section.
+inline constexpr const char* kQuantizationFile = "quantization.json";
+
+// Reads RUN_DIR/config.json and RUN_DIR/metrics.jsonl (and RUN_DIR/quantization.json, when
+// tools/quantize wrote one) and writes RUN_DIR/report.html
 // atomically (temporary file + rename). Tolerates runs without validation lines, series of a
 // single point, and non-finite values (NaN is written as null by JSON writers): those points
 // are left out of the charts and the page says how many were. A truncated last line (a run
