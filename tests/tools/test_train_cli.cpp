@@ -229,6 +229,16 @@ TEST_CASE("train: a tiny mlp run writes config, metrics, checkpoints and refuses
   other.force = true;
   CHECK_NOTHROW(run(other));
 
+  // A run directory that cannot be created is an input error that names it.
+  TrainOptions nowhere = o;
+  nowhere.out = (fs::path(out) / "config.json" / "run").string();  // under a file
+  try {
+    run(nowhere);
+    FAIL("expected an input error");
+  } catch (const train::InputError& e) {
+    CHECK(std::string(e.what()).find("cannot create the run directory") != std::string::npos);
+  }
+
   // A model that does not fit the data is an input error.
   TrainOptions gpt = o;
   gpt.model = "gpt";

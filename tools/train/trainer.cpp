@@ -355,7 +355,9 @@ void prepare_fresh_dir(const TrainOptions& o) {
   fs::path dir = o.out;
   if (fs::exists(dir) && !fs::is_directory(dir)) fail("--out " + o.out + " is a file, not a directory");
   if (!fs::exists(dir) || fs::is_empty(dir)) {
-    fs::create_directories(dir);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) fail("--out " + o.out + ": cannot create the run directory (" + ec.message() + "); check the path and its permissions");
     return;
   }
   if (!o.force) {
