@@ -223,8 +223,10 @@ void QuantizedModel::save(const std::filesystem::path& path,
 }
 
 std::shared_ptr<QuantizedModel> QuantizedModel::load(const std::filesystem::path& path) {
-  nn::SafetensorsFile file = nn::load_safetensors(path);
-  const std::string name = path.string();
+  return from_safetensors(nn::load_safetensors(path), path.string());
+}
+
+std::shared_ptr<QuantizedModel> QuantizedModel::from_safetensors(nn::SafetensorsFile file, const std::string& name) {
   FieldReader r{name, "metadata"};
   auto it = file.metadata.find(kQuantizedModelKey);
   if (it == file.metadata.end())
@@ -255,6 +257,9 @@ std::shared_ptr<QuantizedModel> QuantizedModel::load(const std::filesystem::path
       const Tensor& scales = r.tensor(file.tensors, prefix + "weight_scale", DType::Float32);
       const bool has_bias = r.boolean(e, "bias");
       Tensor bias = has_bias ? r.tensor(file.tensors, prefix + "bias", DType::Float32) : Tensor();
+      for (int64_t c = 0; has_bias && c < bias.numel(); ++c)
+        if (!std::isfinite(bias.data_ptr<float>()[c]))
+          r.fail("bias[" + std::to_string(c) + "] of '" + prefix + "bias' is not finite");
       used_tensors += has_bias ? 3 : 2;
       for (int64_t c = 0; c < scales.numel(); ++c) {
         const float v = scales.data_ptr<float>()[c];

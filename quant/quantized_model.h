@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "nn/serialize/safetensors.h"
 #include "quant/kernels/int8_conv2d.h"
 #include "quant/kernels/int8_linear.h"
 
@@ -61,6 +62,9 @@ class QuantizedModel {
   // problem: not a quantized model, a missing or malformed field, a tensor of the wrong dtype
   // or shape, a scale that is not positive and finite, a zero point out of range.
   static std::shared_ptr<QuantizedModel> load(const std::filesystem::path& path);
+  // The same from a safetensors file already read (e.g. nn::load_safetensors_from_bytes of a
+  // download); `name` is what errors call it.
+  static std::shared_ptr<QuantizedModel> from_safetensors(nn::SafetensorsFile file, const std::string& name);
 
   const std::vector<Stage>& stages() const { return stages_; }
   // Bytes of the integer weights, scales and biases (what the file holds besides its header).

@@ -8,10 +8,12 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "core/random.h"
 #include "nn/nn.h"
+#include "nn/serialize/atomic_file.h"
 #include "nn/serialize/safetensors.h"
 #include "ops/ops.h"
 #include "quant/quant.h"
@@ -214,6 +216,43 @@ TEST_CASE("quantized model files: round trip, no float weights, and damaged file
   nn::save_model(dir.path() / "float.safetensors", cnn);
   CHECK_THROWS_WITH_AS(quant::QuantizedModel::load(dir.path() / "float.safetensors"),
                        doctest::Contains("not a quantized model"), Error);
+}
+
+TEST_CASE("quantized model files: 3000 randomly damaged copies load or fail with loom::Error, never crash") {
+  manual_seed(7);
+  ScratchDir dir("quant_mutants");
+  nn::SmallCNN cnn(1, 3, 8);
+  cnn.eval();
+  auto prepared = quant::prepare(cnn);
+  calibrate(*prepared, {4, 1, 8, 8});
+  const fs::path path = dir.path() / "m.safetensors";
+  quant::convert(*prepared)->save(path);
+  const std::string original = nn::read_file(path);
+  const uint64_t header_end = 8 + *reinterpret_cast<const uint64_t*>(original.data());
+  std::mt19937_64 rng(1234);
+  int loaded = 0, rejected = 0;
+  NoGradGuard no_grad;
+  const Tensor x = randn({2, 1, 8, 8});
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string bytes = original;
+    // Mostly the header (where the structure is), sometimes the tensor data, sometimes a cut.
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      const uint64_t limit = rng() % 4 == 0 ? bytes.size() : header_end;
+      bytes[rng() % limit] = static_cast<char>(rng() % 256);
+    }
+    if (rng() % 10 == 0) bytes.resize(rng() % bytes.size());
+    try {
+      auto model = quant::QuantizedModel::from_safetensors(nn::load_safetensors_from_bytes(bytes, "mutant"), "mutant");
+      model->forward(x);  // whatever survived validation must also run
+      ++loaded;
+    } catch (const Error&) {
+      ++rejected;
+    }
+  }
+  MESSAGE("mutants: " << loaded << " loaded, " << rejected << " rejected");
+  CHECK(loaded + rejected == 3000);
+  CHECK(rejected > 1000);
 }
 
 TEST_CASE("QAT: fake-quantized training lowers the loss and trains the weights through the STE") {
