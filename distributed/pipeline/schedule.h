@@ -19,7 +19,7 @@
  * gradient of its input to s-1. The first stage reads the data, the last computes the loss.
  *
  * The two schedules, drawn by format_timeline for p = 4, m = 8 with forward and backward both
- * one time unit ("." = idle; the gradient of micro-batch i starts on the last stage):
+ * one time unit (Fi / Bi: forward / backward of micro-batch i; ".": idle):
  *
  * GPipe (Huang et al., 2019): all forwards, then all backwards.
  *   stage 0: F0 F1 F2 F3 F4 F5 F6 F7 .  .  .  .  .  .  B7 B6 B5 B4 B3 B2 B1 B0
@@ -44,18 +44,23 @@
  * GPipe runs all m forwards before any backward, so every stage holds m micro-batches of
  * activations at its peak. 1F1B starts backwards as soon as the first gradient comes back:
  * stage s never holds more than p - s (at most p) micro-batches, whatever m is, so m can grow
- * to shrink the bubble without growing the activation memory.
+ * to shrink the bubble without growing the activation memory. For p = 4, m = 8 above: GPipe
+ * peaks at 8 micro-batches on every stage, 1F1B at 4, 3, 2, 1 on stages 0 .. 3 (the first stage,
+ * which waits longest for its first gradient, holds the most).
  *
  * Deadlock freedom. With blocking send/recv a message completes only when both sides reach it
  * (MPI may send small messages eagerly, but large ones wait for the matching receive: the
  * "rendezvous" model, which simulate() uses by default). Stages form a chain, so a blocked rank
- * waits on a neighbour; two neighbours can only block each other if they disagree on the order
- * of the messages between them. The schedules are built so that they agree: between two compute
- * actions a rank does all activation messages of that gap before the gradient messages, on both
- * sides of every link (e.g. stage s+1 receives the activation of its next forward before it
- * sends the gradient of the backward it just did, while stage s sends that activation before it
- * waits for that gradient). check_pairwise_order() verifies the agreement for every pair and
- * simulate() runs the whole schedule; the tests do both for many (p, m).
+ * waits on a neighbour, and following the waits along the chain must end at two neighbours
+ * waiting on each other, each at its next message of their link. If both sides of every link do
+ * the link's messages in the same order, those are the two halves of one message, which then
+ * completes: no deadlock. So the order on each link is all that matters, and it is built to
+ * agree: between two compute actions a rank does the activation messages of that gap before the
+ * gradient messages, on both sides of every link (stage s+1 receives the activation of its next
+ * forward before it sends the gradient of the backward it just did, while stage s sends that
+ * activation before it waits for that gradient; the naive order, send the gradient first,
+ * deadlocks: both ranks send, neither receives). check_pairwise_order() verifies the agreement
+ * for every pair and simulate() runs the whole schedule; the tests do both for many (p, m).
  */
 #pragma once
 
@@ -97,9 +102,9 @@ const char* schedule_kind_name(ScheduleKind kind);
 
 // The schedule of `kind` for `stages` = p ranks and `microbatches` = m micro-batches: p lists.
 //   GPipe: stage s does F0 .. F(m-1), then B(m-1) .. B0. Backwards go in reverse order, as in the
-//     GPipe paper: the last stage starts the backward of the micro-batch it has just finished
-//     (its activations are the most recent, still in cache) instead of waiting for nothing; the
-//     order changes neither the time nor the peak memory (m).
+//     GPipe paper's figure and torchgpipe: the last stage goes on with the micro-batch whose
+//     forward it has just finished, whose activations are the most recently touched (warm in
+//     cache). The order changes neither the step time nor the peak memory (m).
 //   1F1B: stage s does w = min(p - s - 1, m) warm-up forwards, then m - w pairs (forward i + w,
 //     backward i), then the w remaining backwards; backwards go in micro-batch order. When
 //     m < p the stages near the front have no steady state (w = m): they run all m forwards and
@@ -139,10 +144,13 @@ struct BlockedRank {
 };
 
 struct SimulationResult {
+  // True when the schedule cannot run to its end: some rank waits forever (deadlock), or, under
+  // Eager, a receive meets another message than it expects or a sent message is never received.
   bool deadlocked = false;
-  // The ranks that were blocked (deadlocked only): each waits on a message that never comes.
+  // The ranks that had not finished when the simulation stopped, with the action each stopped at.
   std::vector<BlockedRank> blocked;
-  // "deadlock: rank 0 blocked at #3 send act 1 -> rank 1; rank 1 blocked at ..." or "".
+  // What went wrong, "" when nothing did: "deadlock: rank 0 blocked at #3 send act 1 -> rank 1;
+  // rank 1 blocked at #3 send grad 0 -> rank 0", "; message mismatch: ...", "... never received".
   std::string deadlock_report;
   // Makespan: the time at which the last rank finished (up to the deadlock, if any).
   int64_t total_time = 0;
@@ -151,7 +159,8 @@ struct SimulationResult {
   std::vector<int64_t> idle_time;
   std::vector<double> bubble_fraction;
   // Per rank: the largest number of micro-batches whose forward is done and backward is not,
-  // i.e. how many micro-batches of activations the stage holds at once.
+  // i.e. how many micro-batches of activations the stage holds at once (from the list's order;
+  // it does not depend on the timing).
   std::vector<int64_t> peak_live_activations;
   // Per rank: the actions that completed, with their times.
   std::vector<std::vector<TimedAction>> timeline;
@@ -164,11 +173,15 @@ struct SimulationResult {
 // rank itself, a compute action with a peer, a negative micro-batch, or costs < 1.
 SimulationResult simulate(const Schedule& schedule, const SimulationOptions& options = {});
 
-// For every pair of ranks (a, b): the sends from a to b, in a's order, must be exactly the
-// receives from a posted on b, in b's order (same kind — activation or gradient — and same
-// micro-batch). Returns one line per mismatch ("rank 0 -> rank 1: message #2 is send act 2 on
-// rank 0 but recv grad 1 <- rank 0 on rank 1"); empty when every pair matches. Throws
-// loom::Error for a peer outside [0, ranks).
+// For every pair of ranks (a, b): the messages between them — both directions, in the order each
+// side performs them — must pair up: the k-th message on a is the counterpart of the k-th on b
+// (send <-> recv, same kind — activation or gradient — and same micro-batch). In particular the
+// sends from a to b are exactly b's receives from a, in order. Checking the two directions
+// together also catches two ranks that both send first, which blocks under rendezvous. Returns
+// one line per mismatching pair ("rank 0 <-> rank 1: message #2 is send act 2 -> rank 1 on rank
+// 0 but recv act 1 <- rank 0 on rank 1"); empty when every pair matches. On a chain of stages,
+// an empty result means simulate() under Rendezvous cannot deadlock (schedule.h). Throws
+// loom::Error for a malformed schedule, as simulate().
 std::vector<std::string> check_pairwise_order(const Schedule& schedule);
 
 // The simulated time-step grid, one line per rank, one cell per time unit: "F3" for each unit

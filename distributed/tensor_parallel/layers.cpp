@@ -23,13 +23,24 @@ int checked_size(const std::shared_ptr<ProcessGroup>& group, int64_t features, c
 
 ColumnParallelLinear::ColumnParallelLinear(int64_t in_features, int64_t out_features,
                                            std::shared_ptr<ProcessGroup> group, bool bias, bool gather_output)
-    : in_(in_features), out_(out_features), group_(std::move(group)), gather_output_(gather_output) {
-  const int t = checked_size(group_, out_features, "ColumnParallelLinear", "out_features");
-  const int64_t n = out_features / t, r = group_->rank();
-  nn::Linear full(in_features, out_features, bias);  // the single-process layer's draw
+    : ColumnParallelLinear(nn::Linear(in_features, out_features, bias), std::move(group), gather_output) {}
+
+ColumnParallelLinear::ColumnParallelLinear(const nn::Linear& full, std::shared_ptr<ProcessGroup> group,
+                                           bool gather_output)
+    : ColumnParallelLinear(full.weight, full.bias, std::move(group), gather_output) {}
+
+ColumnParallelLinear::ColumnParallelLinear(const Tensor& full_weight, const Tensor& full_bias,
+                                           std::shared_ptr<ProcessGroup> group, bool gather_output)
+    : group_(std::move(group)), gather_output_(gather_output) {
+  LOOM_CHECK(full_weight.defined() && full_weight.dim() == 2, "ColumnParallelLinear: expected a full weight [out, in]");
+  in_ = full_weight.size(1);
+  out_ = full_weight.size(0);
+  const int t = checked_size(group_, out_, "ColumnParallelLinear", "out_features");
+  const int64_t n = out_ / t, r = group_->rank();
   NoGradGuard no_grad;
-  weight = register_parameter("weight", full.weight.slice(0, r * n, (r + 1) * n).contiguous().clone());
-  if (bias) this->bias = register_parameter("bias", full.bias.slice(0, r * n, (r + 1) * n).contiguous().clone());
+  weight = register_parameter("weight", full_weight.slice(0, r * n, (r + 1) * n).contiguous().clone());
+  if (full_bias.defined())
+    bias = register_parameter("bias", full_bias.slice(0, r * n, (r + 1) * n).contiguous().clone());
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x) {
@@ -47,13 +58,23 @@ std::string ColumnParallelLinear::extra_repr() const {
 
 RowParallelLinear::RowParallelLinear(int64_t in_features, int64_t out_features, std::shared_ptr<ProcessGroup> group,
                                      bool bias, bool input_is_parallel)
-    : in_(in_features), out_(out_features), group_(std::move(group)), input_is_parallel_(input_is_parallel) {
-  const int t = checked_size(group_, in_features, "RowParallelLinear", "in_features");
-  const int64_t n = in_features / t, r = group_->rank();
-  nn::Linear full(in_features, out_features, bias);
+    : RowParallelLinear(nn::Linear(in_features, out_features, bias), std::move(group), input_is_parallel) {}
+
+RowParallelLinear::RowParallelLinear(const nn::Linear& full, std::shared_ptr<ProcessGroup> group,
+                                     bool input_is_parallel)
+    : RowParallelLinear(full.weight, full.bias, std::move(group), input_is_parallel) {}
+
+RowParallelLinear::RowParallelLinear(const Tensor& full_weight, const Tensor& full_bias,
+                                     std::shared_ptr<ProcessGroup> group, bool input_is_parallel)
+    : group_(std::move(group)), input_is_parallel_(input_is_parallel) {
+  LOOM_CHECK(full_weight.defined() && full_weight.dim() == 2, "RowParallelLinear: expected a full weight [out, in]");
+  in_ = full_weight.size(1);
+  out_ = full_weight.size(0);
+  const int t = checked_size(group_, in_, "RowParallelLinear", "in_features");
+  const int64_t n = in_ / t, r = group_->rank();
   NoGradGuard no_grad;
-  weight = register_parameter("weight", full.weight.slice(1, r * n, (r + 1) * n).contiguous().clone());
-  if (bias) this->bias = register_parameter("bias", full.bias.clone());
+  weight = register_parameter("weight", full_weight.slice(1, r * n, (r + 1) * n).contiguous().clone());
+  if (full_bias.defined()) bias = register_parameter("bias", full_bias.contiguous().clone());
 }
 
 Tensor RowParallelLinear::forward(const Tensor& x) {

@@ -30,6 +30,7 @@
 #include <string>
 
 #include "distributed/process_group.h"
+#include "nn/layers/linear.h"
 #include "nn/module.h"
 
 namespace loom::distributed {
@@ -41,6 +42,11 @@ class ColumnParallelLinear : public nn::Module {
   // Throws loom::Error for a null group or t not dividing out_features.
   ColumnParallelLinear(int64_t in_features, int64_t out_features, std::shared_ptr<ProcessGroup> group,
                        bool bias = true, bool gather_output = false);
+  // This rank's rows of a given full weight [out, in] and bias [out] (undefined: none), e.g. a
+  // trained nn::Linear's.
+  ColumnParallelLinear(const Tensor& full_weight, const Tensor& full_bias, std::shared_ptr<ProcessGroup> group,
+                       bool gather_output = false);
+  ColumnParallelLinear(const nn::Linear& full, std::shared_ptr<ProcessGroup> group, bool gather_output = false);
   // x: [*, in] (the same on every rank of the group) -> [*, out / t] or [*, out].
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
@@ -61,6 +67,10 @@ class RowParallelLinear : public nn::Module {
   // in_features.
   RowParallelLinear(int64_t in_features, int64_t out_features, std::shared_ptr<ProcessGroup> group,
                     bool bias = true, bool input_is_parallel = true);
+  // This rank's columns of a given full weight [out, in], and the whole bias [out] (or none).
+  RowParallelLinear(const Tensor& full_weight, const Tensor& full_bias, std::shared_ptr<ProcessGroup> group,
+                    bool input_is_parallel = true);
+  RowParallelLinear(const nn::Linear& full, std::shared_ptr<ProcessGroup> group, bool input_is_parallel = true);
   // -> [*, out], the same on every rank of the group.
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;

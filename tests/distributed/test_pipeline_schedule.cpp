@@ -1,0 +1,394 @@
+/*
+ * The pipeline schedules as data (distributed/pipeline/schedule.h): GPipe and 1F1B for many
+ * (stages p, micro-batches m), checked against the definitions rather than against the code that
+ * builds them:
+ *   - hand-written action lists for small cases (p = 2, m = 3; p = 1) and the textbook pictures
+ *     for p = 4, m = 8 as literal strings;
+ *   - structure: one forward and one backward of every micro-batch on every stage, messages only
+ *     between neighbouring stages, the same message order on both sides of every link;
+ *   - the simulator: no deadlock under strict rendezvous (and eager) send/recv, the data
+ *     dependencies hold in simulated time, the step takes (m + p - 1)(tf + tb), so the bubble is
+ *     the theory's (p - 1) / (m + p - 1), and the peak live activations are m (GPipe) and
+ *     min(p - s, m) (1F1B);
+ *   - negative controls: broken schedules are reported (deadlock, message mismatch);
+ *   - error paths.
+ * Pure logic: the MPI main runs it on every rank, each rank checks the same things.
+ */
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "distributed/pipeline/schedule.h"
+
+namespace loom::distributed::pipeline {
+namespace {
+
+const int64_t kStages[] = {1, 2, 3, 4, 8};
+const int64_t kMicrobatches[] = {1, 2, 4, 8, 16};
+const ScheduleKind kKinds[] = {ScheduleKind::GPipe, ScheduleKind::OneFOneB};
+
+std::vector<std::string> strings(const std::vector<Action>& actions) {
+  std::vector<std::string> out;
+  for (const Action& a : actions) out.push_back(a.to_string());
+  return out;
+}
+
+// The timed compute action (type, microbatch) of one rank; fails the test if it is missing.
+TimedAction find_compute(const SimulationResult& result, int64_t rank, ActionType type, int64_t microbatch) {
+  for (const TimedAction& t : result.timeline[rank]) {
+    if (t.action.type == type && t.action.microbatch == microbatch) return t;
+  }
+  FAIL("rank ", rank, " has no compute action ", static_cast<int>(type), " for micro-batch ", microbatch);
+  return {};
+}
+
+TEST_CASE("pipeline schedule: action strings") {
+  CHECK(Action{ActionType::Forward, 3, 0, -1}.to_string() == "F3");
+  CHECK(Action{ActionType::Backward, 3, 0, -1}.to_string() == "B3");
+  CHECK(Action{ActionType::SendActivation, 3, 1, 2}.to_string() == "send act 3 -> rank 2");
+  CHECK(Action{ActionType::RecvActivation, 3, 1, 0}.to_string() == "recv act 3 <- rank 0");
+  CHECK(Action{ActionType::SendGrad, 3, 1, 0}.to_string() == "send grad 3 -> rank 0");
+  CHECK(Action{ActionType::RecvGrad, 3, 1, 2}.to_string() == "recv grad 3 <- rank 2");
+}
+
+TEST_CASE("pipeline schedule: hand-written lists for p = 2, m = 3 and p = 1") {
+  // Written by hand from the definitions in schedule.h (warm-up p - s - 1; activation messages
+  // before gradient messages within a gap).
+  const auto one_f_one_b = make_schedule(ScheduleKind::OneFOneB, 2, 3);
+  REQUIRE(one_f_one_b.size() == 2);
+  CHECK(strings(one_f_one_b[0]) ==
+        std::vector<std::string>{"F0", "send act 0 -> rank 1", "F1", "send act 1 -> rank 1",
+                                 "recv grad 0 <- rank 1", "B0", "F2", "send act 2 -> rank 1",
+                                 "recv grad 1 <- rank 1", "B1", "recv grad 2 <- rank 1", "B2"});
+  CHECK(strings(one_f_one_b[1]) ==
+        std::vector<std::string>{"recv act 0 <- rank 0", "F0", "B0", "recv act 1 <- rank 0",
+                                 "send grad 0 -> rank 0", "F1", "B1", "recv act 2 <- rank 0",
+                                 "send grad 1 -> rank 0", "F2", "B2", "send grad 2 -> rank 0"});
+  for (const auto& list : one_f_one_b) {
+    for (const Action& a : list) CHECK(a.stage == (&list == &one_f_one_b[0] ? 0 : 1));
+  }
+
+  const auto gpipe = make_schedule(ScheduleKind::GPipe, 2, 3);
+  REQUIRE(gpipe.size() == 2);
+  CHECK(strings(gpipe[0]) == std::vector<std::string>{"F0", "send act 0 -> rank 1", "F1",
+                                                      "send act 1 -> rank 1", "F2", "send act 2 -> rank 1",
+                                                      "recv grad 2 <- rank 1", "B2", "recv grad 1 <- rank 1",
+                                                      "B1", "recv grad 0 <- rank 1", "B0"});
+  CHECK(strings(gpipe[1]) == std::vector<std::string>{"recv act 0 <- rank 0", "F0", "recv act 1 <- rank 0",
+                                                      "F1", "recv act 2 <- rank 0", "F2", "B2",
+                                                      "send grad 2 -> rank 0", "B1", "send grad 1 -> rank 0",
+                                                      "B0", "send grad 0 -> rank 0"});
+
+  // One stage: no messages.
+  CHECK(strings(make_schedule(ScheduleKind::GPipe, 1, 2)[0]) ==
+        std::vector<std::string>{"F0", "F1", "B1", "B0"});
+  CHECK(strings(make_schedule(ScheduleKind::OneFOneB, 1, 2)[0]) ==
+        std::vector<std::string>{"F0", "B0", "F1", "B1"});
+}
+
+TEST_CASE("pipeline schedule: every micro-batch once forward and once backward per stage, neighbours only") {
+  for (ScheduleKind kind : kKinds) {
+    for (int64_t p : kStages) {
+      for (int64_t m : kMicrobatches) {
+        CAPTURE(schedule_kind_name(kind));
+        CAPTURE(p);
+        CAPTURE(m);
+        const Schedule schedule = make_schedule(kind, p, m);
+        REQUIRE(static_cast<int64_t>(schedule.size()) == p);
+        for (int64_t s = 0; s < p; ++s) {
+          CAPTURE(s);
+          // count[type][mb]
+          std::vector<std::vector<int>> count(6, std::vector<int>(m, 0));
+          for (const Action& a : schedule[s]) {
+            CHECK(a.stage == s);
+            REQUIRE(a.microbatch >= 0);
+            REQUIRE(a.microbatch < m);
+            ++count[static_cast<int>(a.type)][a.microbatch];
+            if (a.type == ActionType::SendActivation || a.type == ActionType::RecvGrad)
+              CHECK(a.peer == s + 1);
+            if (a.type == ActionType::RecvActivation || a.type == ActionType::SendGrad)
+              CHECK(a.peer == s - 1);
+            if (a.is_compute()) CHECK(a.peer == -1);
+          }
+          for (int64_t i = 0; i < m; ++i) {
+            CHECK(count[static_cast<int>(ActionType::Forward)][i] == 1);
+            CHECK(count[static_cast<int>(ActionType::Backward)][i] == 1);
+            // Messages: one per micro-batch across each link the stage has.
+            CHECK(count[static_cast<int>(ActionType::RecvActivation)][i] == (s > 0 ? 1 : 0));
+            CHECK(count[static_cast<int>(ActionType::SendGrad)][i] == (s > 0 ? 1 : 0));
+            CHECK(count[static_cast<int>(ActionType::SendActivation)][i] == (s < p - 1 ? 1 : 0));
+            CHECK(count[static_cast<int>(ActionType::RecvGrad)][i] == (s < p - 1 ? 1 : 0));
+          }
+          // Within the rank: a forward's input arrives before it, its output leaves after it;
+          // the backward comes after the forward.
+          auto position = [&](ActionType type, int64_t mb) {
+            const auto it = std::find_if(schedule[s].begin(), schedule[s].end(), [&](const Action& a) {
+              return a.type == type && a.microbatch == mb;
+            });
+            return it - schedule[s].begin();
+          };
+          for (int64_t i = 0; i < m; ++i) {
+            CHECK(position(ActionType::Forward, i) < position(ActionType::Backward, i));
+            if (s > 0) CHECK(position(ActionType::RecvActivation, i) < position(ActionType::Forward, i));
+            if (s > 0) CHECK(position(ActionType::Backward, i) < position(ActionType::SendGrad, i));
+            if (s < p - 1) CHECK(position(ActionType::Forward, i) < position(ActionType::SendActivation, i));
+            if (s < p - 1) CHECK(position(ActionType::RecvGrad, i) < position(ActionType::Backward, i));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("pipeline schedule: deadlock-free and the same message order on both sides of every link") {
+  for (ScheduleKind kind : kKinds) {
+    for (int64_t p : kStages) {
+      for (int64_t m : kMicrobatches) {
+        CAPTURE(schedule_kind_name(kind));
+        CAPTURE(p);
+        CAPTURE(m);
+        const Schedule schedule = make_schedule(kind, p, m);
+        CHECK(check_pairwise_order(schedule).empty());
+        for (CommModel comm : {CommModel::Rendezvous, CommModel::Eager}) {
+          CAPTURE(static_cast<int>(comm));
+          const SimulationResult result = simulate(schedule, {1, 2, comm});
+          CHECK_FALSE(result.deadlocked);
+          CHECK(result.deadlock_report.empty());
+          CHECK(result.blocked.empty());
+          for (int64_t r = 0; r < p; ++r) CHECK(result.timeline[r].size() == schedule[r].size());
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("pipeline schedule: dependencies hold in simulated time") {
+  for (ScheduleKind kind : kKinds) {
+    for (int64_t p : kStages) {
+      for (int64_t m : kMicrobatches) {
+        CAPTURE(schedule_kind_name(kind));
+        CAPTURE(p);
+        CAPTURE(m);
+        const SimulationResult result = simulate(make_schedule(kind, p, m), {1, 2, CommModel::Rendezvous});
+        REQUIRE_FALSE(result.deadlocked);
+        for (int64_t s = 0; s < p; ++s) {
+          for (int64_t i = 0; i < m; ++i) {
+            CAPTURE(s);
+            CAPTURE(i);
+            const TimedAction f = find_compute(result, s, ActionType::Forward, i);
+            const TimedAction b = find_compute(result, s, ActionType::Backward, i);
+            CHECK(f.end - f.start == 1);
+            CHECK(b.end - b.start == 2);
+            CHECK(b.start >= f.end);
+            if (s > 0) CHECK(f.start >= find_compute(result, s - 1, ActionType::Forward, i).end);
+            if (s < p - 1) CHECK(b.start >= find_compute(result, s + 1, ActionType::Backward, i).end);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("pipeline schedule: peak live activations, GPipe m and 1F1B min(p - s, m)") {
+  for (int64_t p : kStages) {
+    for (int64_t m : kMicrobatches) {
+      CAPTURE(p);
+      CAPTURE(m);
+      const SimulationResult gpipe = simulate(make_schedule(ScheduleKind::GPipe, p, m));
+      const SimulationResult one_f_one_b = simulate(make_schedule(ScheduleKind::OneFOneB, p, m));
+      for (int64_t s = 0; s < p; ++s) {
+        CAPTURE(s);
+        CHECK(gpipe.peak_live_activations[s] == m);
+        CHECK(one_f_one_b.peak_live_activations[s] == std::min(p - s, m));
+        CHECK(one_f_one_b.peak_live_activations[s] <= p - s);
+      }
+    }
+  }
+}
+
+TEST_CASE("pipeline schedule: simulated bubble equals the theory (p - 1) / (m + p - 1)") {
+  // Theory: the step takes (m + p - 1)(tf + tb); each stage computes m (tf + tb) of it and is
+  // idle (p - 1)(tf + tb). The simulator gives exactly this for both schedules, both
+  // communication models and both cost ratios (messages take no time in the simulator).
+  const std::pair<int64_t, int64_t> costs[] = {{1, 2}, {1, 1}};
+  for (ScheduleKind kind : kKinds) {
+    for (int64_t p : kStages) {
+      for (int64_t m : kMicrobatches) {
+        for (const auto& [tf, tb] : costs) {
+          for (CommModel comm : {CommModel::Rendezvous, CommModel::Eager}) {
+            CAPTURE(schedule_kind_name(kind));
+            CAPTURE(p);
+            CAPTURE(m);
+            CAPTURE(tb);
+            CAPTURE(static_cast<int>(comm));
+            const SimulationResult result = simulate(make_schedule(kind, p, m), {tf, tb, comm});
+            CHECK(result.total_time == (m + p - 1) * (tf + tb));
+            for (int64_t s = 0; s < p; ++s) {
+              CHECK(result.busy_time[s] == m * (tf + tb));
+              CHECK(result.idle_time[s] == (p - 1) * (tf + tb));
+              CHECK(result.bubble_fraction[s] ==
+                    doctest::Approx(static_cast<double>(p - 1) / static_cast<double>(m + p - 1))
+                        .epsilon(1e-12));
+            }
+          }
+        }
+      }
+    }
+  }
+  // A hand-checked instance: p = 4, m = 8, tf = 1, tb = 2: 33 time units, 9 idle per stage,
+  // bubble 3 / 11.
+  const SimulationResult r =
+      simulate(make_schedule(ScheduleKind::OneFOneB, 4, 8), {1, 2, CommModel::Rendezvous});
+  CHECK(r.total_time == 33);
+  CHECK(r.idle_time == std::vector<int64_t>{9, 9, 9, 9});
+  CHECK(r.bubble_fraction[0] == doctest::Approx(3.0 / 11.0));
+}
+
+TEST_CASE("pipeline schedule: textbook pictures for p = 4, m = 8") {
+  CHECK(format_schedule(make_schedule(ScheduleKind::OneFOneB, 4, 8)) ==
+        "stage 0: F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7\n"
+        "stage 1: F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7\n"
+        "stage 2: F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 B7\n"
+        "stage 3: F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7\n");
+  CHECK(format_schedule(make_schedule(ScheduleKind::GPipe, 4, 8)) ==
+        "stage 0: F0 F1 F2 F3 F4 F5 F6 F7 B7 B6 B5 B4 B3 B2 B1 B0\n"
+        "stage 1: F0 F1 F2 F3 F4 F5 F6 F7 B7 B6 B5 B4 B3 B2 B1 B0\n"
+        "stage 2: F0 F1 F2 F3 F4 F5 F6 F7 B7 B6 B5 B4 B3 B2 B1 B0\n"
+        "stage 3: F0 F1 F2 F3 F4 F5 F6 F7 B7 B6 B5 B4 B3 B2 B1 B0\n");
+  // The time grids drawn in schedule.h (forward and backward one unit each).
+  CHECK(
+      format_timeline(simulate(make_schedule(ScheduleKind::OneFOneB, 4, 8), {1, 1, CommModel::Rendezvous})) ==
+      "stage 0: F0 F1 F2 F3 .  .  .  B0 F4 B1 F5 B2 F6 B3 F7 B4 .  B5 .  B6 .  B7\n"
+      "stage 1: .  F0 F1 F2 .  .  B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 .  B6 .  B7 .\n"
+      "stage 2: .  .  F0 F1 .  B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 .  B7 .  .\n"
+      "stage 3: .  .  .  F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 .  .  .\n");
+  CHECK(format_timeline(simulate(make_schedule(ScheduleKind::GPipe, 4, 8), {1, 1, CommModel::Rendezvous})) ==
+        "stage 0: F0 F1 F2 F3 F4 F5 F6 F7 .  .  .  .  .  .  B7 B6 B5 B4 B3 B2 B1 B0\n"
+        "stage 1: .  F0 F1 F2 F3 F4 F5 F6 F7 .  .  .  .  B7 B6 B5 B4 B3 B2 B1 B0 .\n"
+        "stage 2: .  .  F0 F1 F2 F3 F4 F5 F6 F7 .  .  B7 B6 B5 B4 B3 B2 B1 B0 .  .\n"
+        "stage 3: .  .  .  F0 F1 F2 F3 F4 F5 F6 F7 B7 B6 B5 B4 B3 B2 B1 B0 .  .  .\n");
+  // m < p: the front stages have no steady state and run all forwards, then all backwards.
+  CHECK(format_schedule(make_schedule(ScheduleKind::OneFOneB, 4, 2)) ==
+        "stage 0: F0 F1 B0 B1\n"
+        "stage 1: F0 F1 B0 B1\n"
+        "stage 2: F0 F1 B0 B1\n"
+        "stage 3: F0 B0 F1 B1\n");
+}
+
+TEST_CASE("pipeline schedule: negative control, send-send cycle deadlocks under rendezvous only") {
+  // The naive 1F1B order on the last stage of p = 2: send the gradient of B0 before receiving
+  // the activation of F1. Stage 0 meanwhile sends activation 1 before waiting for gradient 0:
+  // both ranks send to each other and neither receives.
+  Schedule schedule = make_schedule(ScheduleKind::OneFOneB, 2, 3);
+  auto& last = schedule[1];
+  REQUIRE(last[3].to_string() == "recv act 1 <- rank 0");
+  REQUIRE(last[4].to_string() == "send grad 0 -> rank 0");
+  std::swap(last[3], last[4]);
+
+  const auto mismatches = check_pairwise_order(schedule);
+  // Each direction alone is still in order; the interleaving of the two is not.
+  REQUIRE(mismatches.size() == 1);
+  CHECK(
+      mismatches[0] ==
+      "rank 0 <-> rank 1: message #1 is send act 1 -> rank 1 on rank 0 but send grad 0 -> rank 0 on rank 1");
+
+  const SimulationResult rendezvous = simulate(schedule, {1, 2, CommModel::Rendezvous});
+  CHECK(rendezvous.deadlocked);
+  REQUIRE(rendezvous.blocked.size() == 2);
+  CHECK(rendezvous.blocked[0].rank == 0);
+  CHECK(rendezvous.blocked[0].index == 3);
+  CHECK(rendezvous.blocked[0].action.to_string() == "send act 1 -> rank 1");
+  CHECK(rendezvous.blocked[1].rank == 1);
+  CHECK(rendezvous.blocked[1].action.to_string() == "send grad 0 -> rank 0");
+  CHECK(rendezvous.deadlock_report ==
+        "deadlock: rank 0 blocked at #3 send act 1 -> rank 1; rank 1 blocked at #3 send grad 0 -> rank 0");
+
+  // With buffered sends the same schedule completes: why the checker uses the strict model.
+  const SimulationResult eager = simulate(schedule, {1, 2, CommModel::Eager});
+  CHECK_FALSE(eager.deadlocked);
+}
+
+TEST_CASE("pipeline schedule: negative control, swapped receives and a missing receive") {
+  // Swap two receives on the middle rank of p = 3: activations 0 and 1 are expected in the wrong
+  // order.
+  Schedule swapped = make_schedule(ScheduleKind::GPipe, 3, 4);
+  auto& middle = swapped[1];
+  REQUIRE(middle[0].to_string() == "recv act 0 <- rank 0");
+  REQUIRE(middle[3].to_string() == "recv act 1 <- rank 0");
+  std::swap(middle[0].microbatch, middle[3].microbatch);
+  const auto mismatches = check_pairwise_order(swapped);
+  REQUIRE(mismatches.size() == 1);
+  CHECK(mismatches[0] ==
+        "rank 0 <-> rank 1: message #0 is send act 0 -> rank 1 on rank 0 but recv act 1 <- rank 0 on rank 1");
+  const SimulationResult rendezvous = simulate(swapped, {1, 2, CommModel::Rendezvous});
+  CHECK(rendezvous.deadlocked);
+  CHECK(rendezvous.deadlock_report.find("rank 0 blocked at #1 send act 0 -> rank 1") != std::string::npos);
+  CHECK(rendezvous.deadlock_report.find("rank 1 blocked at #0 recv act 1 <- rank 0") != std::string::npos);
+  const SimulationResult eager = simulate(swapped, {1, 2, CommModel::Eager});
+  CHECK(eager.deadlocked);
+  CHECK(eager.deadlock_report.find(
+            "message mismatch: rank 1 at #0 recv act 1 <- rank 0 got send act 0 -> rank 1") !=
+        std::string::npos);
+
+  // Drop the last receive of gradients on rank 0: rank 1's last send never completes.
+  Schedule missing = make_schedule(ScheduleKind::OneFOneB, 2, 2);
+  auto& first = missing[0];
+  const auto it = std::find_if(first.begin(), first.end(), [](const Action& a) {
+    return a.type == ActionType::RecvGrad && a.microbatch == 1;
+  });
+  REQUIRE(it != first.end());
+  first.erase(it);
+  const auto counts = check_pairwise_order(missing);
+  REQUIRE(counts.size() == 1);
+  CHECK(counts[0] == "rank 0 <-> rank 1: rank 0 has 3 messages with rank 1 but rank 1 has 4 with rank 0");
+  const SimulationResult r = simulate(missing, {1, 2, CommModel::Rendezvous});
+  CHECK(r.deadlocked);
+  REQUIRE(r.blocked.size() == 1);
+  CHECK(r.blocked[0].rank == 1);
+  CHECK(r.blocked[0].action.to_string() == "send grad 1 -> rank 0");
+  const SimulationResult e = simulate(missing, {1, 2, CommModel::Eager});
+  CHECK(e.deadlocked);
+  CHECK(e.deadlock_report == "rank 1 -> rank 0: 1 message(s) never received");
+}
+
+TEST_CASE("pipeline schedule: errors") {
+  CHECK_THROWS_WITH_AS(make_schedule(ScheduleKind::GPipe, 0, 4),
+                       doctest::Contains("make_schedule(GPipe): expected stages >= 1, got 0"), loom::Error);
+  CHECK_THROWS_WITH_AS(make_schedule(ScheduleKind::OneFOneB, 4, 0),
+                       doctest::Contains("make_schedule(1F1B): expected microbatches >= 1, got 0"),
+                       loom::Error);
+  CHECK_THROWS_WITH_AS(make_schedule(ScheduleKind::OneFOneB, -2, 4),
+                       doctest::Contains("expected stages >= 1, got -2"), loom::Error);
+
+  Schedule bad_peer = make_schedule(ScheduleKind::GPipe, 2, 1);
+  bad_peer[0][1].peer = 5;  // "send act 0 -> rank 5"
+  CHECK_THROWS_WITH_AS(
+      simulate(bad_peer),
+      doctest::Contains("simulate: rank 0 action #1 (send act 0 -> rank 5) has peer 5, expected "
+                        "another rank in [0, 2)"),
+      loom::Error);
+  CHECK_THROWS_WITH_AS(check_pairwise_order(bad_peer),
+                       doctest::Contains("check_pairwise_order: rank 0 action #1"), loom::Error);
+  Schedule self_peer = make_schedule(ScheduleKind::GPipe, 2, 1);
+  self_peer[1][0].peer = 1;
+  CHECK_THROWS_WITH_AS(simulate(self_peer), doctest::Contains("has peer 1, expected another rank"),
+                       loom::Error);
+  Schedule compute_peer = make_schedule(ScheduleKind::GPipe, 2, 1);
+  compute_peer[0][0].peer = 1;  // F0 with a peer
+  CHECK_THROWS_WITH_AS(simulate(compute_peer),
+                       doctest::Contains("is a compute action and must have peer -1, got 1"), loom::Error);
+  Schedule negative = make_schedule(ScheduleKind::GPipe, 1, 1);
+  negative[0][0].microbatch = -1;
+  CHECK_THROWS_WITH_AS(simulate(negative), doctest::Contains("has negative micro-batch -1"), loom::Error);
+  CHECK_THROWS_WITH_AS(
+      simulate(make_schedule(ScheduleKind::GPipe, 2, 2), {0, 2, CommModel::Rendezvous}),
+      doctest::Contains("simulate: expected forward_cost >= 1 and backward_cost >= 1, got 0 and 2"),
+      loom::Error);
+}
+
+}  // namespace
+}  // namespace loom::distributed::pipeline
