@@ -24,16 +24,22 @@ std::pair<Tensor, Tensor> shard_rows(const Tensor& indices, int64_t begin, int64
 
 VocabParallelEmbedding::VocabParallelEmbedding(int64_t num_embeddings, int64_t embedding_dim,
                                                std::shared_ptr<ProcessGroup> group)
-    : vocab_(num_embeddings), dim_(embedding_dim), group_(std::move(group)) {
+    : VocabParallelEmbedding(nn::Embedding(num_embeddings, embedding_dim).weight,  // the single-process draw
+                             std::move(group)) {}
+
+VocabParallelEmbedding::VocabParallelEmbedding(const Tensor& full_weight, std::shared_ptr<ProcessGroup> group)
+    : group_(std::move(group)) {
   LOOM_CHECK(group_ != nullptr, "VocabParallelEmbedding: null tensor-parallel group");
-  LOOM_CHECK(num_embeddings % group_->size() == 0, "VocabParallelEmbedding: the vocabulary (", num_embeddings,
+  LOOM_CHECK(full_weight.defined() && full_weight.dim() == 2, "VocabParallelEmbedding: expected a full weight [V, D]");
+  vocab_ = full_weight.size(0);
+  dim_ = full_weight.size(1);
+  LOOM_CHECK(vocab_ % group_->size() == 0, "VocabParallelEmbedding: the vocabulary (", vocab_,
              ") is not divisible by the ", group_->size(), " ranks of the tensor-parallel group");
-  const int64_t n = num_embeddings / group_->size();
+  const int64_t n = vocab_ / group_->size();
   begin_ = group_->rank() * n;
   end_ = begin_ + n;
-  nn::Embedding full(num_embeddings, embedding_dim);  // the single-process layer's draw
   NoGradGuard no_grad;
-  weight = register_parameter("weight", full.weight.slice(0, begin_, end_).contiguous().clone());
+  weight = register_parameter("weight", full_weight.slice(0, begin_, end_).contiguous().clone());
 }
 
 Tensor VocabParallelEmbedding::forward(const Tensor& indices) {

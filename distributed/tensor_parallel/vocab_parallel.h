@@ -31,6 +31,8 @@ class VocabParallelEmbedding : public nn::Module {
   // weight [V / t, D]: this rank's rows of the N(0, 1) matrix nn::Embedding(V, D) would draw
   // from the same generator state. Throws for a null group or t not dividing V.
   VocabParallelEmbedding(int64_t num_embeddings, int64_t embedding_dim, std::shared_ptr<ProcessGroup> group);
+  // This rank's rows of a given full weight [V, D] (a trained nn::Embedding's).
+  VocabParallelEmbedding(const Tensor& full_weight, std::shared_ptr<ProcessGroup> group);
   // indices (int64) [*] in [0, V) -> [*, D], the same on every rank of the group. Throws for an
   // index outside [0, V).
   Tensor forward(const Tensor& indices) override;
