@@ -1,0 +1,153 @@
+/* Pipeline-parallel training of a sequential model (see pipeline.h). */
+#include "distributed/pipeline/pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+
+#include "autograd/autograd.h"
+#include "core/error.h"
+#include "ops/ops.h"
+
+namespace loom::distributed::pipeline {
+namespace {
+
+constexpr int64_t kMaxRank = 8;  // the shape header: [rank, d0, ..., d7]
+
+// A tensor whose shape the receiver does not know yet goes as two messages: its shape, then its
+// data. Both halves are blocking and in the same order on both sides (schedule.h's guarantee).
+void send_tensor(ProcessGroup& group, const Tensor& t, int peer) {
+  LOOM_CHECK(t.dim() <= kMaxRank, "pipeline: cannot send a tensor of rank ", t.dim());
+  Tensor header = zeros({kMaxRank + 1}, TensorOptions(kInt64));
+  auto* h = header.data_ptr<int64_t>();
+  h[0] = t.dim();
+  for (int64_t i = 0; i < t.dim(); ++i) h[i + 1] = t.size(i);
+  group.send(header, peer);
+  group.send(t.contiguous(), peer);
+}
+
+Tensor recv_tensor(ProcessGroup& group, int peer) {
+  Tensor header = zeros({kMaxRank + 1}, TensorOptions(kInt64));
+  group.recv(header, peer);
+  const auto* h = header.data_ptr<int64_t>();
+  LOOM_CHECK(h[0] >= 0 && h[0] <= kMaxRank, "pipeline: received a bad shape header from rank ", peer);
+  DimVector sizes;
+  for (int64_t i = 0; i < h[0]; ++i) sizes.push_back(h[i + 1]);
+  Tensor t = empty(sizes);
+  group.recv(t, peer);
+  return t;
+}
+
+}  // namespace
+
+std::vector<int64_t> partition_balanced(const std::vector<double>& costs, int64_t stages) {
+  const auto layers = static_cast<int64_t>(costs.size());
+  LOOM_CHECK(stages >= 1 && stages <= layers, "partition_balanced: cannot cut ", layers, " layers into ", stages,
+             " non-empty stages");
+  for (double c : costs) LOOM_CHECK(c >= 0, "partition_balanced: negative layer cost ", c);
+  // best[k][i]: the smallest possible largest-stage cost for the first i layers in k stages.
+  std::vector<double> prefix(layers + 1, 0.0);
+  for (int64_t i = 0; i < layers; ++i) prefix[i + 1] = prefix[i] + costs[i];
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(layers + 1, inf));
+  std::vector<std::vector<int64_t>> cut(stages + 1, std::vector<int64_t>(layers + 1, 0));
+  best[0][0] = 0;
+  for (int64_t k = 1; k <= stages; ++k)
+    for (int64_t i = k; i <= layers; ++i)
+      for (int64_t j = k - 1; j < i; ++j) {
+        const double worst = std::max(best[k - 1][j], prefix[i] - prefix[j]);
+        if (worst < best[k][i]) {
+          best[k][i] = worst;
+          cut[k][i] = j;
+        }
+      }
+  std::vector<int64_t> bounds(stages + 1);
+  bounds[stages] = layers;
+  for (int64_t k = stages, i = layers; k > 0; --k) i = bounds[k - 1] = cut[k][i];
+  return bounds;
+}
+
+std::vector<double> layer_counts(const nn::Sequential& model) { return std::vector<double>(model.size(), 1.0); }
+
+std::vector<double> parameter_counts(const nn::Sequential& model) {
+  std::vector<double> counts;
+  for (const auto& layer : model) counts.push_back(static_cast<double>(layer->num_parameters()));
+  return counts;
+}
+
+std::shared_ptr<nn::Sequential> stage_of(const nn::Sequential& model, int64_t begin, int64_t end) {
+  LOOM_CHECK(0 <= begin && begin < end && end <= static_cast<int64_t>(model.size()), "pipeline: stage [", begin, ", ",
+             end, ") is not a non-empty range of the model's ", model.size(), " layers");
+  auto stage = std::make_shared<nn::Sequential>();
+  for (int64_t i = begin; i < end; ++i) stage->push_back(model.ptr(i));
+  return stage;
+}
+
+PipelineStageRunner::PipelineStageRunner(std::shared_ptr<nn::Sequential> stage, std::shared_ptr<ProcessGroup> group,
+                                         ScheduleKind kind, int64_t microbatches)
+    : stage_(std::move(stage)), group_(std::move(group)), microbatches_(microbatches) {
+  LOOM_CHECK(stage_ != nullptr && group_ != nullptr, "PipelineStageRunner: null stage or group");
+  schedule_ = make_schedule(kind, group_->size(), microbatches);
+}
+
+StepStats PipelineStageRunner::train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn) {
+  using Clock = std::chrono::steady_clock;
+  const int s = group_->rank(), p = group_->size();
+  const int64_t m = microbatches_;
+  const bool first = s == 0, last = s == p - 1;
+  auto micro = [m](const Tensor& batch, int64_t i, const char* what) {
+    LOOM_CHECK(batch.defined() && batch.size(0) % m == 0, "pipeline: the ", what, " batch (", batch.size(0),
+               " examples) must split into ", m, " equal micro-batches");
+    const int64_t n = batch.size(0) / m;
+    return batch.slice(0, i * n, (i + 1) * n);
+  };
+  std::vector<Tensor> inputs(m), outputs(m), grads(m), losses(m);
+  StepStats stats;
+  int64_t live = 0;
+  double loss_sum = 0;
+  for (const Action& a : schedule_[s]) {
+    const auto start = Clock::now();
+    const int64_t i = a.microbatch;
+    switch (a.type) {
+      case ActionType::RecvActivation:
+        inputs[i] = recv_tensor(*group_, a.peer).requires_grad_(true);
+        break;
+      case ActionType::Forward: {
+        if (first) inputs[i] = micro(input, i, "input");
+        outputs[i] = (*stage_)(inputs[i]);
+        if (last) losses[i] = loss_fn(outputs[i], micro(target, i, "target")) / static_cast<double>(m);
+        stats.peak_live_microbatches = std::max(stats.peak_live_microbatches, ++live);
+        break;
+      }
+      case ActionType::SendActivation:
+        send_tensor(*group_, outputs[i].detach(), a.peer);
+        break;
+      case ActionType::RecvGrad:
+        grads[i] = recv_tensor(*group_, a.peer);
+        break;
+      case ActionType::Backward:
+        if (last) {
+          losses[i].backward();
+          loss_sum += losses[i].item<double>();
+        } else {
+          outputs[i].backward(grads[i]);
+        }
+        outputs[i] = grads[i] = losses[i] = Tensor();  // this micro-batch's graph and activations go
+        --live;
+        break;
+      case ActionType::SendGrad:
+        send_tensor(*group_, inputs[i].grad(), a.peer);
+        inputs[i] = Tensor();
+        break;
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    (a.is_compute() ? stats.compute_seconds : stats.wait_seconds) += seconds;
+  }
+  // The last stage knows the loss; every rank reports it (waits for the last stage).
+  Tensor loss = full({1}, last ? loss_sum : 0.0, TensorOptions(kFloat64));
+  group_->broadcast(loss, p - 1);
+  stats.loss = loss.item<double>();
+  return stats;
+}
+
+}  // namespace loom::distributed::pipeline

@@ -1,0 +1,94 @@
+/*
+ * Pipeline-parallel training over the whole world (p = 2 or 4 stages): balanced partitioning, and
+ * for GPipe and 1F1B a step of an MLP cut into stages against the whole MLP in one process (every
+ * rank builds it from the same seed): the same loss, each stage's gradients equal to the
+ * reference's for its layers, the same loss after SGD steps, and the live micro-batches that the
+ * schedule promises (GPipe m, 1F1B at most p - s).
+ */
+#include <doctest/doctest.h>
+
+#include "autograd/autograd.h"
+#include "core/random.h"
+#include "distributed/pipeline/pipeline.h"
+#include "nn/layers/activation.h"
+#include "nn/layers/linear.h"
+#include "nn/loss.h"
+#include "nn/optim/sgd.h"
+#include "ops/ops.h"
+#include "tests/distributed/mpi_test_util.h"
+#include "tests/test_util.h"
+
+namespace loom::distributed::pipeline {
+namespace {
+
+using test::world;
+
+std::shared_ptr<nn::Sequential> mlp(uint64_t seed) {
+  manual_seed(seed);
+  auto net = std::make_shared<nn::Sequential>();
+  net->push_back(std::make_shared<nn::Linear>(6, 16));
+  for (int i = 0; i < 3; ++i) {
+    net->push_back(std::make_shared<nn::ReLU>());
+    net->push_back(std::make_shared<nn::Linear>(16, 16));
+  }
+  net->push_back(std::make_shared<nn::ReLU>());
+  net->push_back(std::make_shared<nn::Linear>(16, 4));
+  return net;  // 9 layers
+}
+
+TEST_CASE("pipeline: balanced partitions minimise the most expensive stage") {
+  CHECK(partition_balanced({1, 1, 1, 1}, 2) == std::vector<int64_t>{0, 2, 4});
+  CHECK(partition_balanced({4, 1, 1, 1, 1}, 2) == std::vector<int64_t>{0, 1, 5});
+  CHECK(partition_balanced({1, 2, 3, 4, 5}, 3) == std::vector<int64_t>{0, 3, 4, 5});
+  CHECK(partition_balanced({3}, 1) == std::vector<int64_t>{0, 1});
+  auto net = mlp(1);
+  CHECK(parameter_counts(*net)[0] == 6 * 16 + 16);
+  CHECK(parameter_counts(*net)[1] == 0);
+  CHECK(test::error_of([] { partition_balanced({1, 1}, 3); }).find("cannot cut 2 layers into 3") != std::string::npos);
+}
+
+TEST_CASE("pipeline: GPipe and 1F1B steps equal the whole model's in loss, gradients and SGD updates") {
+  const int p = world()->size(), s = world()->rank();
+  const int64_t m = 4, batch = 8;
+  Generator g(17);
+  Tensor x = randn({batch, 6}, kFloat32, &g), y = randint(0, 4, {batch}, DType::Int64, &g);
+  auto ce = [](const Tensor& out, const Tensor& target) { return nn::functional::cross_entropy(out, target); };
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+    CAPTURE(schedule_kind_name(kind));
+    auto reference = mlp(5), model = mlp(5);
+    const std::vector<int64_t> bounds = partition_balanced(parameter_counts(*model), p);
+    PipelineStageRunner runner(stage_of(*model, bounds[s], bounds[s + 1]), world(), kind, m);
+    nn::SGD ref_sgd(reference->parameters(), nn::SGDOptions{.lr = 0.1, .momentum = 0.9});
+    nn::SGD sgd(runner.stage().parameters(), nn::SGDOptions{.lr = 0.1, .momentum = 0.9});
+    for (int step = 0; step < 3; ++step) {
+      ref_sgd.zero_grad();
+      sgd.zero_grad();
+      Tensor expected = ce((*reference)(x), y);
+      expected.backward();
+      StepStats stats = runner.train_step(x, y, ce);
+      CHECK(std::abs(stats.loss - expected.item<double>()) < 1e-5);
+      CHECK(stats.peak_live_microbatches == (kind == ScheduleKind::GPipe ? m : std::min<int64_t>(p - s, m)));
+      // This stage's layers are layers [bounds[s], bounds[s+1]) of the reference.
+      for (int64_t layer = bounds[s]; layer < bounds[s + 1]; ++layer) {
+        const auto* ref_linear = dynamic_cast<const nn::Linear*>(&(*reference)[layer]);
+        if (!ref_linear) continue;
+        const auto& mine = runner.stage().at<nn::Linear>(layer - bounds[s]);
+        CHECK((mine.weight.grad() - ref_linear->weight.grad()).abs().max().item<double>() < 1e-6);
+        CHECK((mine.bias.grad() - ref_linear->bias.grad()).abs().max().item<double>() < 1e-6);
+      }
+      ref_sgd.step();
+      sgd.step();
+    }
+  }
+  // A batch that does not split into m micro-batches is named (checked on the first stage, whose
+  // first action is that split: no message is left half-done for the others).
+  auto model = mlp(5);
+  const std::vector<int64_t> bounds = partition_balanced(layer_counts(*model), p);
+  PipelineStageRunner runner(stage_of(*model, bounds[s], bounds[s + 1]), world(), ScheduleKind::GPipe, 3);
+  if (s == 0)
+    CHECK(test::error_of([&] { runner.train_step(x, y, ce); }).find("must split into 3 equal micro-batches") !=
+          std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom::distributed::pipeline
