@@ -103,14 +103,20 @@ StepStats PipelineStageRunner::train_step(const Tensor& input, const Tensor& tar
   };
   std::vector<Tensor> inputs(m), outputs(m), grads(m), losses(m);
   StepStats stats;
+  events_.clear();
+  // The step starts together on every rank, so that the trace's tracks share a time origin.
+  if (tracing_) group_->barrier();
+  const auto step_start = Clock::now();
   int64_t live = 0;
   double loss_sum = 0;
   for (const Action& a : schedule_[s]) {
     const auto start = Clock::now();
     const int64_t i = a.microbatch;
+    int64_t bytes = 0;  // a message's payload, for the trace
     switch (a.type) {
       case ActionType::RecvActivation:
         inputs[i] = recv_tensor(*group_, a.peer).requires_grad_(true);
+        bytes = static_cast<int64_t>(inputs[i].nbytes());
         break;
       case ActionType::Forward: {
         if (first) inputs[i] = micro(input, i, "input");
@@ -121,9 +127,11 @@ StepStats PipelineStageRunner::train_step(const Tensor& input, const Tensor& tar
       }
       case ActionType::SendActivation:
         send_tensor(*group_, outputs[i].detach(), a.peer);
+        bytes = static_cast<int64_t>(outputs[i].nbytes());
         break;
       case ActionType::RecvGrad:
         grads[i] = recv_tensor(*group_, a.peer);
+        bytes = static_cast<int64_t>(grads[i].nbytes());
         break;
       case ActionType::Backward:
         if (last) {
@@ -137,11 +145,17 @@ StepStats PipelineStageRunner::train_step(const Tensor& input, const Tensor& tar
         break;
       case ActionType::SendGrad:
         send_tensor(*group_, inputs[i].grad(), a.peer);
+        bytes = static_cast<int64_t>(inputs[i].grad().nbytes());
         inputs[i] = Tensor();
         break;
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     (a.is_compute() ? stats.compute_seconds : stats.wait_seconds) += seconds;
+    if (tracing_) {
+      events_.push_back(TraceEvent{a.to_string(), a.is_compute(), i,
+                                   std::chrono::duration<double, std::micro>(start - step_start).count(),
+                                   seconds * 1e6, bytes});
+    }
   }
   // The last stage knows the loss; every rank reports it (waits for the last stage).
   Tensor loss = full({1}, last ? loss_sum : 0.0, TensorOptions(kFloat64));

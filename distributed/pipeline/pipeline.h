@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "distributed/pipeline/schedule.h"
+#include "distributed/pipeline/trace.h"
 #include "distributed/process_group.h"
 #include "nn/layers/containers.h"
 
@@ -61,6 +62,11 @@ class PipelineStageRunner {
   // parameter gradients accumulated (zero them before, step after). Collective over the group.
   StepStats train_step(const Tensor& input, const Tensor& target, const LossFn& loss);
 
+  // The events of the last train_step on this rank (gather_trace collects all ranks'), when
+  // set_tracing(true): each compute action and message with its time and bytes.
+  void set_tracing(bool on) { tracing_ = on; }
+  const std::vector<TraceEvent>& last_events() const { return events_; }
+
   const Schedule& schedule() const { return schedule_; }
   nn::Sequential& stage() { return *stage_; }
 
@@ -69,6 +75,8 @@ class PipelineStageRunner {
   std::shared_ptr<ProcessGroup> group_;
   int64_t microbatches_;
   Schedule schedule_;
+  bool tracing_ = false;
+  std::vector<TraceEvent> events_;
 };
 
 }  // namespace loom::distributed::pipeline

@@ -7,9 +7,12 @@
  */
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "autograd/autograd.h"
 #include "core/random.h"
 #include "distributed/pipeline/pipeline.h"
+#include "distributed/pipeline/trace.h"
 #include "nn/layers/activation.h"
 #include "nn/layers/linear.h"
 #include "nn/loss.h"
@@ -88,6 +91,46 @@ TEST_CASE("pipeline: GPipe and 1F1B steps equal the whole model's in loss, gradi
   if (s == 0)
     CHECK(test::error_of([&] { runner.train_step(x, y, ce); }).find("must split into 3 equal micro-batches") !=
           std::string::npos);
+}
+
+TEST_CASE("pipeline: a traced step has one track per rank, m forwards and backwards each, and a bubble") {
+  const int p = world()->size();
+  const int64_t m = 8;
+  auto model = mlp(5);
+  const std::vector<int64_t> bounds = partition_balanced(layer_counts(*model), p);
+  PipelineStageRunner runner(stage_of(*model, bounds[world()->rank()], bounds[world()->rank() + 1]), world(),
+                             ScheduleKind::OneFOneB, m);
+  runner.set_tracing(true);
+  Generator g(2);
+  Tensor x = randn({16, 6}, kFloat32, &g), y = randint(0, 4, {16}, DType::Int64, &g);
+  runner.train_step(x, y, [](const Tensor& out, const Tensor& t) { return nn::functional::cross_entropy(out, t); });
+  CHECK(runner.last_events().size() == runner.schedule()[world()->rank()].size());
+  const auto trace = gather_trace(*world(), runner.last_events());
+  if (world()->rank() != 0) {
+    CHECK(trace.empty());
+    return;
+  }
+  REQUIRE(trace.size() == static_cast<size_t>(p));
+  size_t total = 0;
+  for (int r = 0; r < p; ++r) {
+    int forwards = 0, backwards = 0, messages_with_bytes = 0;
+    for (const TraceEvent& e : trace[r]) {
+      forwards += e.compute && e.name[0] == 'F';
+      backwards += e.compute && e.name[0] == 'B';
+      messages_with_bytes += !e.compute && e.bytes > 0;
+      CHECK(e.duration_us >= 0);
+    }
+    CHECK(forwards == m);
+    CHECK(backwards == m);
+    // Two neighbours for inner stages, one for the ends: 2m messages per link side.
+    CHECK(messages_with_bytes == 2 * m * ((r > 0) + (r < p - 1)));
+    total += trace[r].size();
+  }
+  const auto json = nlohmann::json::parse(chrome_trace_json(trace));
+  CHECK(json["traceEvents"].size() == total + p);  // + one thread-name record per rank
+  const std::vector<double> bubble = measured_bubble(trace);
+  for (double b : bubble) CHECK((b >= 0.0 && b < 1.0));
+  MESSAGE("measured bubble of stage 0: " << bubble[0] << ", theory " << (p - 1.0) / (m + p - 1.0));
 }
 
 }  // namespace

@@ -48,6 +48,7 @@ double time_collective(distributed::ProcessGroup& world, const std::function<voi
 // Cases by file.
 std::vector<DistributedCase> collective_cases();  // collective_cases.cpp: allreduce
 std::vector<DistributedCase> ddp_cases();         // ddp_cases.cpp: ddp_mlp_train
+std::vector<DistributedCase> pipeline_cases();    // pipeline_cases.cpp: pipeline_bubble
 
 const std::vector<DistributedCase>& all_cases();
 
