@@ -18,6 +18,8 @@ constexpr int64_t kMaxRank = 8;  // the shape header: [rank, d0, ..., d7]
 // data. Both halves are blocking and in the same order on both sides (schedule.h's guarantee).
 void send_tensor(ProcessGroup& group, const Tensor& t, int peer) {
   LOOM_CHECK(t.dim() <= kMaxRank, "pipeline: cannot send a tensor of rank ", t.dim());
+  // The receiver allocates float32 (the header carries the shape only).
+  LOOM_CHECK(t.dtype() == kFloat32, "pipeline: stages exchange float32 activations and gradients, got ", t.dtype());
   Tensor header = zeros({kMaxRank + 1}, TensorOptions(kInt64));
   auto* h = header.data_ptr<int64_t>();
   h[0] = t.dim();
