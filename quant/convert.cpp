@@ -9,19 +9,6 @@
 namespace loom::quant {
 namespace {
 
-using Kind = QuantizedModel::Stage::Kind;
-
-Kind stage_kind(QuantStage::Kind kind) {
-  switch (kind) {
-    case QuantStage::Kind::Linear: return Kind::Linear;
-    case QuantStage::Kind::Conv2d: return Kind::Conv2d;
-    case QuantStage::Kind::MaxPool2d: return Kind::MaxPool2d;
-    case QuantStage::Kind::Flatten: return Kind::Flatten;
-    case QuantStage::Kind::ReLU: return Kind::ReLU;
-  }
-  return Kind::Flatten;
-}
-
 const QParams& checked_activation(const QParams& qp, const std::string& where) {
   LOOM_CHECK(!qp.per_channel() && qp.dtype == DType::UInt8, "convert: ", where,
              ": expected per-tensor u8 activation qparams, got ", qp.to_string());
@@ -42,7 +29,7 @@ std::shared_ptr<QuantizedModel> convert(const PreparedModel& prepared) {
   for (size_t i = 0; i < count; ++i) {
     const auto& stage = prepared.stages.at<QuantStage>(static_cast<int64_t>(i));
     QuantizedModel::Stage q;
-    q.kind = stage_kind(stage.kind);
+    q.kind = stage.kind;
     q.source = stage.source;
     if (stage.has_weight()) {
       // The weight as it is now (after QAT, the trained one), observed afresh.

@@ -56,11 +56,12 @@ Tensor FakeQuantize::forward(const Tensor& x) {
       zero_point.copy_(qp.zero_point.to(DType::Float32));
       initialised_ = true;
     }
-    const QParams qp = observer_->qparams();
+    // The integer range is fixed by the observer's options: no need to recompute its qparams.
+    const auto [quant_min, quant_max] = observer_->quant_range();
     // LSQ's gradient scale 1 / sqrt(numel * qmax) keeps the range's step size comparable to
     // the weights' (Esser et al. 2020, section 2.2).
-    const double grad_factor = 1.0 / std::sqrt(static_cast<double>(x.numel()) * static_cast<double>(qp.quant_max));
-    return fake_quantize_learnable_per_tensor(x, scale, zero_point, qp.quant_min, qp.quant_max, grad_factor);
+    const double grad_factor = 1.0 / std::sqrt(static_cast<double>(x.numel()) * static_cast<double>(quant_max));
+    return fake_quantize_learnable_per_tensor(x, scale, zero_point, quant_min, quant_max, grad_factor);
   }
   const QParams qp = observer_->qparams();
   if (qp.per_channel())

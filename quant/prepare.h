@@ -32,6 +32,7 @@
 #include "nn/module.h"
 #include "quant/fake_quantize_module.h"
 #include "quant/qconfig.h"
+#include "quant/stage_kind.h"
 
 namespace loom::quant {
 
@@ -39,7 +40,7 @@ namespace loom::quant {
 // computation of the layers it came from.
 class QuantStage : public nn::Module {
  public:
-  enum class Kind { Linear, Conv2d, MaxPool2d, Flatten, ReLU };
+  using Kind = StageKind;
 
   // Linear / Conv2d: copies of the (BN-folded) weight and bias, registered as parameters.
   QuantStage(Kind kind, std::string source);

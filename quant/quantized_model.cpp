@@ -20,17 +20,6 @@ using Kind = QuantizedModel::Stage::Kind;
 
 constexpr int kFormatVersion = 1;
 
-const char* kind_name(Kind kind) {
-  switch (kind) {
-    case Kind::Linear: return "linear";
-    case Kind::Conv2d: return "conv2d";
-    case Kind::MaxPool2d: return "max_pool2d";
-    case Kind::Flatten: return "flatten";
-    case Kind::ReLU: return "relu";
-  }
-  return "?";
-}
-
 // The qparams of the integer tensor flowing between stages.
 struct Activation {
   bool quantized = false;  // false: still the float input
@@ -145,7 +134,7 @@ Tensor QuantizedModel::forward(const Tensor& x) const {
           break;
       }
     } catch (const Error& e) {
-      throw Error("QuantizedModel: stage " + std::to_string(i) + " (" + kind_name(s.kind) + ", from '" + s.source +
+      throw Error("QuantizedModel: stage " + std::to_string(i) + " (" + stage_kind_name(s.kind) + ", from '" + s.source +
                   "'): " + e.what());
     }
   }
@@ -166,7 +155,7 @@ std::string QuantizedModel::to_string() const {
   std::ostringstream os;
   for (size_t i = 0; i < stages_.size(); ++i) {
     const Stage& s = stages_[i];
-    os << "  " << i << ": " << kind_name(s.kind);
+    os << "  " << i << ": " << stage_kind_name(s.kind);
     if (s.linear) os << " " << s.linear->in_features() << " -> " << s.linear->out_features();
     if (s.conv) os << " " << s.conv->params().weight.sizes();
     if (s.linear || s.conv) {
@@ -189,7 +178,7 @@ void QuantizedModel::save(const std::filesystem::path& path,
   json stages = json::array();
   for (size_t i = 0; i < stages_.size(); ++i) {
     const Stage& s = stages_[i];
-    json entry{{"kind", kind_name(s.kind)}, {"source", s.source}};
+    json entry{{"kind", stage_kind_name(s.kind)}, {"source", s.source}};
     if (s.linear || s.conv) {
       const std::string prefix = "stages." + std::to_string(i) + ".";
       const Int8LayerParams& p = params_of(s);

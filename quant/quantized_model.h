@@ -30,6 +30,7 @@
 #include "nn/serialize/safetensors.h"
 #include "quant/kernels/int8_conv2d.h"
 #include "quant/kernels/int8_linear.h"
+#include "quant/stage_kind.h"
 
 namespace loom::quant {
 
@@ -40,7 +41,8 @@ class QuantizedModel {
  public:
   // One layer of the INT8 model.
   struct Stage {
-    enum class Kind { Linear, Conv2d, MaxPool2d, Flatten, ReLU } kind = Kind::Flatten;
+    using Kind = StageKind;
+    Kind kind = Kind::Flatten;
     std::string source;                  // the float layers it came from ("c1 + relu")
     std::shared_ptr<Int8Linear> linear;  // Linear
     std::shared_ptr<Int8Conv2d> conv;    // Conv2d
