@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -90,26 +91,106 @@ std::string CheckpointManager::step_dir_name(int64_t step) {
   return buf;
 }
 
-CheckpointManager::CheckpointManager(fs::path dir, int keep_last)
-    : dir_(std::move(dir)), keep_last_(keep_last) {
+CheckpointManager::CheckpointManager(fs::path dir, int keep_last, CheckpointGroup group)
+    : dir_(std::move(dir)), keep_last_(keep_last), group_(std::move(group)) {
   LOOM_CHECK(!dir_.empty(), "CheckpointManager: the run directory is empty");
   LOOM_CHECK(keep_last >= 0, "CheckpointManager: keep_last must be >= 0 (0 keeps every checkpoint), got ",
              keep_last);
+  LOOM_CHECK(group_.size >= 1 && group_.rank >= 0 && group_.rank < group_.size,
+             "CheckpointManager: group rank ", group_.rank, " of size ", group_.size, " is not a rank of the group");
+  LOOM_CHECK(group_.size == 1 || group_.all_ok, "CheckpointManager: a group of ", group_.size,
+             " ranks needs all_ok (the barrier the ranks commit with)");
 }
 
-fs::path CheckpointManager::save(int64_t step, const std::map<std::string, StateDict>& sections,
-                                 const std::string& metadata_json) {
-  LOOM_CHECK(step >= 0, "CheckpointManager::save: step must be >= 0, got ", step);
+std::string CheckpointManager::rank_dir_name(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "rank-%05d", rank);
+  return buf;
+}
+
+namespace {
+
+// The checks every save makes before touching the disk; returns the parsed metadata.
+Json validated_metadata(const std::map<std::string, StateDict>& sections, const std::string& metadata_json) {
   for (const auto& [name, unused] : sections)
     LOOM_CHECK(valid_section_name(name), "CheckpointManager::save: section name '", name,
                "' is not a plain file name ([A-Za-z0-9_.-], not starting with '.')");
-  Json user_metadata;
   try {
-    user_metadata = Json::parse(metadata_json);
+    return Json::parse(metadata_json);
   } catch (const nlohmann::json::exception& e) {
     LOOM_FAIL("CheckpointManager::save: metadata_json is not valid JSON: ", e.what());
   }
+}
 
+// Writes <section>.safetensors for every section into `dir` (each file fsynced, with its
+// directory entry, by write_file_atomically) and returns their [{name, file, bytes}] list.
+Json write_sections(const fs::path& dir, const std::map<std::string, StateDict>& sections) {
+  Json list = Json::array();
+  for (const auto& [section, tensors] : sections) {
+    const std::string file = section + ".safetensors";
+    save_safetensors(dir / file, tensors);
+    std::error_code ec;
+    const uint64_t bytes = fs::file_size(dir / file, ec);
+    LOOM_CHECK(!ec, "CheckpointManager::save: cannot stat '", (dir / file).string(), "': ", ec.message());
+    list.push_back({{"name", section}, {"file", file}, {"bytes", bytes}});
+  }
+  return list;
+}
+
+// meta.json (or a group's rank.json): parsed and checked to describe `step` of this format.
+Json read_description(const fs::path& path, int64_t step, const std::string& where) {
+  Json meta;
+  try {
+    meta = Json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    LOOM_FAIL(where, path.filename().string(), " is not valid JSON: ", e.what());
+  }
+  const std::string name = path.filename().string();
+  LOOM_CHECK(meta.is_object() && meta.value("format", "") == kFormat, where, name,
+             " is not a Loom checkpoint description (no \"format\": \"", kFormat, "\")");
+  LOOM_CHECK(meta.contains("version") && meta["version"] == kFormatVersion, where, name, " has format version ",
+             meta.contains("version") ? meta["version"].dump() : "(none)", ", this Loom reads version ",
+             kFormatVersion);
+  LOOM_CHECK(meta.contains("step") && meta["step"].is_number_integer() && meta["step"].get<int64_t>() == step,
+             where, name, " says step ", meta.contains("step") ? meta["step"].dump() : "(none)",
+             ", the directory step ", step);
+  LOOM_CHECK(meta.contains("sections") && meta["sections"].is_array(), where, name, " lists no sections");
+  return meta;
+}
+
+// The sections a description lists, each file checked to have the recorded size: name -> path.
+std::map<std::string, fs::path> listed_sections(const Json& meta, const fs::path& dir, const std::string& where,
+                                                const std::string& description_name) {
+  std::map<std::string, fs::path> out;
+  for (const Json& section : meta["sections"]) {
+    LOOM_CHECK(section.is_object() && section.contains("name") && section["name"].is_string() &&
+                   section.contains("bytes") && section["bytes"].is_number_unsigned(),
+               where, "malformed section entry ", section.dump());
+    const std::string name = section["name"].get<std::string>();
+    LOOM_CHECK(valid_section_name(name), where, "invalid section name '", name, "'");
+    LOOM_CHECK(!out.contains(name), where, "section '", name, "' is listed twice");
+    const fs::path file = dir / (name + ".safetensors");
+    std::error_code ec;
+    const uint64_t size = fs::file_size(file, ec);
+    LOOM_CHECK(!ec, where, "section '", name, "': cannot stat '", file.string(), "': ", ec.message());
+    const uint64_t expected = section["bytes"].get<uint64_t>();
+    LOOM_CHECK(size == expected, where, "section '", name, "': '", file.string(), "' has ", size,
+               " bytes, ", description_name, " recorded ", expected);
+    out.emplace(name, file);
+  }
+  return out;
+}
+
+// A checkpoint written by another number of processes than the one loading it: not a damaged
+// checkpoint to skip, but a job started wrongly, which load_latest reports at once.
+class WorldSizeMismatch : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace
+
+void CheckpointManager::prepare_save() const {
   std::error_code ec;
   const bool created = fs::create_directories(dir_, ec);
   LOOM_CHECK(!ec, "CheckpointManager::save: cannot create '", dir_.string(), "': ", ec.message());
@@ -118,71 +199,129 @@ fs::path CheckpointManager::save(int64_t step, const std::map<std::string, State
   // A save killed after moving `latest` but before pruning leaves one checkpoint too many;
   // catching up here keeps the directory at keep_last + 1 however many saves were killed.
   if (auto current = latest_step()) prune(*current);
+}
+
+void CheckpointManager::publish(const fs::path& tmp, int64_t step) const {
+  const std::string name = step_dir_name(step);
+  const fs::path target = dir_ / name;
+  if (!fs::exists(target)) {
+    rename_or_throw(tmp, target);
+    fsync_directory(dir_);  // the rename is durable before `latest` can name the directory
+    return;
+  }
+  // Re-saving a step (a run resumed from an earlier checkpoint): swap the two directories
+  // atomically, so the name never points at nothing even if `latest` names it.
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+    fsync_directory(dir_);
+    remove_tree(tmp);  // the replaced checkpoint now lives at tmp
+    return;
+  }
+  // File systems without RENAME_EXCHANGE: move the old one aside first. A kill between the two
+  // renames leaves the name missing for a moment, which load_latest survives by falling back
+  // to the newest complete checkpoint.
+  LOOM_CHECK(errno == EINVAL || errno == ENOSYS, "CheckpointManager::save: exchanging '", tmp.string(), "' with '",
+             target.string(), "' failed: ", std::strerror(errno));
+  const fs::path aside = temporary_dir(dir_, "replaced-" + name);
+  rename_or_throw(target, aside);
+  if (::rename(tmp.c_str(), target.c_str()) != 0) {
+    const int err = errno;
+    ::rename(aside.c_str(), target.c_str());  // put the old checkpoint back
+    LOOM_FAIL("CheckpointManager: renaming '", tmp.string(), "' to '", target.string(), "' failed: ",
+              std::strerror(err));
+  }
+  fsync_directory(dir_);
+  remove_tree(aside);
+}
+
+fs::path CheckpointManager::save(int64_t step, const std::map<std::string, StateDict>& sections,
+                                 const std::string& metadata_json) {
+  if (group_.size > 1) return save_group(step, sections, metadata_json);
+  LOOM_CHECK(step >= 0, "CheckpointManager::save: step must be >= 0, got ", step);
+  Json user_metadata = validated_metadata(sections, metadata_json);
+  prepare_save();
 
   // 1. Build the checkpoint where no reader looks.
   const std::string name = step_dir_name(step);
   const fs::path tmp = temporary_dir(dir_, name);
-  const fs::path target = dir_ / name;
-  bool exchanged = false;
   try {
+    std::error_code ec;
     LOOM_CHECK(fs::create_directory(tmp, ec) && !ec, "CheckpointManager::save: cannot create '", tmp.string(),
                "': ", ec.message());
-    Json meta = {
-        {"format", kFormat}, {"version", kFormatVersion}, {"step", step}, {"sections", Json::array()}};
-    for (const auto& [section, tensors] : sections) {
-      const std::string file = section + ".safetensors";
-      // Each file is fsynced and its directory entry made durable by write_file_atomically.
-      save_safetensors(tmp / file, tensors);
-      const uint64_t bytes = fs::file_size(tmp / file, ec);
-      LOOM_CHECK(!ec, "CheckpointManager::save: cannot stat '", (tmp / file).string(), "': ", ec.message());
-      meta["sections"].push_back({{"name", section}, {"file", file}, {"bytes", bytes}});
-    }
+    Json meta = {{"format", kFormat}, {"version", kFormatVersion}, {"step", step}};
+    meta["sections"] = write_sections(tmp, sections);
     meta["metadata"] = std::move(user_metadata);
     // meta.json last: a directory with it is one whose every section was written before it.
     write_file_atomically(tmp / kMetaFile, meta.dump(2) + "\n");
-
     // 2. Publish the directory under its final name in one atomic step.
-    if (fs::exists(target)) {
-      // Re-saving a step (a run resumed from an earlier checkpoint): swap the two directories
-      // atomically, so the name never points at nothing even if `latest` names it.
-      if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
-        exchanged = true;
-      } else {
-        // File systems without RENAME_EXCHANGE: move the old one aside first. A kill between
-        // the two renames leaves the name missing for a moment, which load_latest survives
-        // by falling back to the newest complete checkpoint.
-        LOOM_CHECK(errno == EINVAL || errno == ENOSYS, "CheckpointManager::save: exchanging '", tmp.string(),
-                   "' with '", target.string(), "' failed: ", std::strerror(errno));
-        const fs::path aside = temporary_dir(dir_, "replaced-" + name);
-        rename_or_throw(target, aside);
-        if (::rename(tmp.c_str(), target.c_str()) != 0) {
-          const int err = errno;
-          ::rename(aside.c_str(), target.c_str());  // put the old checkpoint back
-          LOOM_FAIL("CheckpointManager: renaming '", tmp.string(), "' to '", target.string(),
-                    "' failed: ", std::strerror(err));
-        }
-        fsync_directory(dir_);
-        remove_tree(aside);
-      }
-    } else {
-      rename_or_throw(tmp, target);
-    }
-    fsync_directory(dir_);  // the rename is durable before `latest` can name the directory
+    publish(tmp, step);
   } catch (...) {
-    if (!exchanged) {
-      std::error_code ignored;
-      fs::remove_all(tmp, ignored);  // best effort; the next save removes what is left
-    }
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);  // best effort (gone if published); the next save removes what is left
     throw;
   }
-  if (exchanged) remove_tree(tmp);  // the replaced checkpoint now lives at tmp
-
   // 3. Point `latest` at it (write_file_atomically: temporary file, fsync, rename, fsync dir).
   write_file_atomically(dir_ / kLatest, name + "\n");
-
   // 4. Only now may older checkpoints go: until `latest` moved, one of them was the latest.
   prune(step);
-  return target;
+  return dir_ / name;
+}
+
+fs::path CheckpointManager::save_group(int64_t step, const std::map<std::string, StateDict>& sections,
+                                       const std::string& metadata_json) {
+  const std::string name = step_dir_name(step);
+  // One name for every rank (no pid in it): rank 0 creates it, the others write into it.
+  const fs::path tmp = dir_ / (std::string(kTmpPrefix) + name + "-group");
+  std::string error;  // this rank's failure, if any
+  Json user_metadata;
+  // Every rank runs every phase's agreement, even after a failure, so that no rank waits in one
+  // the others never reach; a failed phase makes every rank throw.
+  auto phase = [&](const std::function<void()>& body) {
+    if (error.empty()) {
+      try {
+        body();
+      } catch (const Error& e) {
+        error = e.what();
+      }
+    }
+    // Waits for every rank to finish this phase (and learns whether all succeeded).
+    if (!group_.all_ok(error.empty())) {
+      if (error.empty())
+        error = "CheckpointManager::save: step " + std::to_string(step) + " failed on another rank; 'latest' in '" +
+                dir_.string() + "' still names the previous checkpoint";
+      throw Error(error);
+    }
+  };
+  phase([&] {
+    LOOM_CHECK(step >= 0, "CheckpointManager::save: step must be >= 0, got ", step);
+    user_metadata = validated_metadata(sections, metadata_json);
+    if (group_.rank != 0) return;
+    prepare_save();  // also removes a .tmp-*-group directory left by a killed job
+    std::error_code ec;
+    LOOM_CHECK(fs::create_directory(tmp, ec) && !ec, "CheckpointManager::save: cannot create '", tmp.string(),
+               "': ", ec.message());
+    fsync_directory(dir_);
+  });
+  // Every rank's files, durable before the agreement: after it, rank 0 may publish them.
+  phase([&] {
+    const fs::path mine = tmp / rank_dir_name(group_.rank);
+    std::error_code ec;
+    LOOM_CHECK(fs::create_directory(mine, ec) && !ec, "CheckpointManager::save: cannot create '", mine.string(),
+               "': ", ec.message());
+    Json description = {{"format", kFormat}, {"version", kFormatVersion}, {"step", step}, {"rank", group_.rank}};
+    description["sections"] = write_sections(mine, sections);
+    write_file_atomically(mine / "rank.json", description.dump(2) + "\n");  // last, as meta.json
+    fsync_directory(tmp);
+  });
+  phase([&] {
+    if (group_.rank != 0) return;
+    Json meta = {{"format", kFormat},      {"version", kFormatVersion}, {"step", step},
+                 {"world_size", group_.size}, {"sections", Json::array()}, {"metadata", std::move(user_metadata)}};
+    write_file_atomically(tmp / kMetaFile, meta.dump(2) + "\n");
+    publish(tmp, step);
+    write_file_atomically(dir_ / kLatest, name + "\n");
+    prune(step);
+  });
+  return dir_ / name;
 }
 
 std::optional<int64_t> CheckpointManager::latest_step() const {
@@ -245,44 +384,37 @@ std::vector<int64_t> CheckpointManager::steps() const {
 
 Checkpoint CheckpointManager::load_dir(const fs::path& step_dir, int64_t step) const {
   const std::string where = "CheckpointManager: '" + step_dir.string() + "': ";
-  const fs::path meta_path = step_dir / kMetaFile;
-  Json meta;
-  try {
-    meta = Json::parse(read_file(meta_path));
-  } catch (const nlohmann::json::exception& e) {
-    LOOM_FAIL(where, "meta.json is not valid JSON: ", e.what());
-  }
-  LOOM_CHECK(meta.is_object() && meta.value("format", "") == kFormat, where,
-             "meta.json is not a Loom checkpoint description (no \"format\": \"", kFormat, "\")");
-  LOOM_CHECK(meta.contains("version") && meta["version"] == kFormatVersion, where,
-             "meta.json has format version ", meta.contains("version") ? meta["version"].dump() : "(none)",
-             ", this Loom reads version ", kFormatVersion);
-  LOOM_CHECK(meta.contains("step") && meta["step"].is_number_integer() && meta["step"].get<int64_t>() == step,
-             where, "meta.json says step ", meta.contains("step") ? meta["step"].dump() : "(none)",
-             ", the directory step ", step);
-  LOOM_CHECK(meta.contains("sections") && meta["sections"].is_array(), where, "meta.json lists no sections");
+  const Json meta = read_description(step_dir / kMetaFile, step, where);
   LOOM_CHECK(meta.contains("metadata"), where, "meta.json has no \"metadata\"");
+  const Json world = meta.value("world_size", Json(1));
+  LOOM_CHECK(world.is_number_integer() && world.get<int64_t>() >= 1, where, "meta.json: invalid world_size ",
+             world.dump());
+  const int64_t saved_by = world.get<int64_t>();
+  if (saved_by != group_.size)
+    throw WorldSizeMismatch(where + "saved by a job of " + std::to_string(saved_by) +
+                            (saved_by == 1 ? " process" : " processes") + ", this job has " +
+                            std::to_string(group_.size) + ": resume it with mpirun -np " + std::to_string(saved_by) +
+                            " (and the same parallel degrees)");
 
   Checkpoint out;
   out.step = step;
   out.path = step_dir;
   out.metadata = meta["metadata"].dump();
-  for (const Json& section : meta["sections"]) {
-    LOOM_CHECK(section.is_object() && section.contains("name") && section["name"].is_string() &&
-                   section.contains("bytes") && section["bytes"].is_number_unsigned(),
-               where, "meta.json: malformed section entry ", section.dump());
-    const std::string name = section["name"].get<std::string>();
-    LOOM_CHECK(valid_section_name(name), where, "meta.json: invalid section name '", name, "'");
-    LOOM_CHECK(!out.sections.contains(name), where, "meta.json lists section '", name, "' twice");
-    const fs::path file = step_dir / (name + ".safetensors");
-    std::error_code ec;
-    const uint64_t size = fs::file_size(file, ec);
-    LOOM_CHECK(!ec, where, "section '", name, "': cannot stat '", file.string(), "': ", ec.message());
-    const uint64_t expected = section["bytes"].get<uint64_t>();
-    LOOM_CHECK(size == expected, where, "section '", name, "': '", file.string(), "' has ", size,
-               " bytes, meta.json recorded ", expected);
-    out.sections.emplace(name, load_safetensors(file).tensors);
+  std::map<std::string, fs::path> files;
+  if (saved_by == 1) {
+    files = listed_sections(meta, step_dir, where + "meta.json: ", "meta.json");
+  } else {
+    // Complete only when every rank's part is: each rank checks all of them (stat only), so all
+    // ranks agree on which checkpoint to load.
+    for (int r = 0; r < group_.size; ++r) {
+      const fs::path rank_dir = step_dir / rank_dir_name(r);
+      const std::string rank_where = where + rank_dir_name(r) + "/";
+      const Json description = read_description(rank_dir / "rank.json", step, rank_where);
+      auto listed = listed_sections(description, rank_dir, rank_where + "rank.json: ", "rank.json");
+      if (r == group_.rank) files = std::move(listed);
+    }
   }
+  for (const auto& [name, file] : files) out.sections.emplace(name, load_safetensors(file).tensors);
   return out;
 }
 
@@ -317,6 +449,8 @@ std::optional<Checkpoint> CheckpointManager::load_latest() const {
       } else {
         try {
           return load_dir(dir_ / text, *latest_step);
+        } catch (const WorldSizeMismatch&) {
+          throw;
         } catch (const Error& e) {
           note = "'latest' names " + text + ", which is incomplete (" + e.what() + ")";
         }
@@ -335,6 +469,8 @@ std::optional<Checkpoint> CheckpointManager::load_latest() const {
       Checkpoint c = load_dir(dir_ / name, *it);
       c.note = note + "; loaded " + name + ", the newest complete checkpoint";
       return c;
+    } catch (const WorldSizeMismatch&) {
+      throw;
     } catch (const Error& e) {
       rejected += "; " + name + " is incomplete (" + e.what() + ")";
     }

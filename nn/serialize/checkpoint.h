@@ -14,11 +14,29 @@
  *
  * One writer per run directory: a second process saving into the same directory at the same
  * time would remove the other's temporary directory.
+ *
+ * A job of several processes (`mpirun -np N train ...`) saves one checkpoint together, each rank
+ * its own state (a tensor-parallel shard of the model, a ZeRO shard of the optimizer, its random
+ * generator and loader position), as one atomic commit across the ranks:
+ *
+ *   run/step-00000300/   meta.json (world_size N), rank-00000/ ... rank-0000{N-1}/
+ *                        each rank-R/ holding R's <section>.safetensors and rank.json
+ *
+ *   rank 0     clean up leftovers, create .tmp-step-00000300/         ─┐ agree: ready
+ *   every rank write rank-R/ files, fsync them, rank.json last, fsync  ─┤ agree: all written
+ *   rank 0     meta.json, rename to step-00000300, fsync, `latest`     ─┘ agree: committed
+ *
+ * A rank killed anywhere before the second agreement leaves only a .tmp-* directory, which no
+ * reader looks at; after it, every rank's files are durable and rank 0 alone finishes the commit.
+ * A checkpoint counts as complete only when meta.json and all N rank.json files are there and
+ * every file has the size they record, so every rank of a resumed job reaches the same verdict
+ * on the same files and all resume from the same step.
  */
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -39,11 +57,23 @@ struct Checkpoint {
   std::string note;
 };
 
+// The job whose ranks save checkpoints together (see the header comment). The default is a
+// single process, which writes the flat layout (no rank-R/ directories).
+struct CheckpointGroup {
+  int rank = 0;
+  int size = 1;
+  // Called by every rank with whether its part went well; returns true when it did on every rank.
+  // It is a barrier: it returns only once every rank called it (e.g. an all-reduce of the flags).
+  // Called from the thread that calls save(). Required when size > 1.
+  std::function<bool(bool ok)> all_ok;
+};
+
 class CheckpointManager {
  public:
   // keep_last: how many checkpoints save() keeps (the one just saved included); 0 keeps all.
-  // Throws loom::Error if keep_last is negative. Nothing is created until the first save().
-  explicit CheckpointManager(std::filesystem::path dir, int keep_last = 3);
+  // Throws loom::Error if keep_last is negative, or for a group with size < 1, a rank outside
+  // [0, size), or size > 1 without all_ok. Nothing is created until the first save().
+  explicit CheckpointManager(std::filesystem::path dir, int keep_last = 3, CheckpointGroup group = {});
 
   // Writes dir/step-<step, 8 digits>/<section>.safetensors for every section, plus meta.json
   // holding `metadata_json` (any JSON value, e.g. "{\"epoch\": 3, \"lr\": 0.001}"), then
@@ -53,6 +83,9 @@ class CheckpointManager {
   // it atomically. Leftovers of interrupted saves (.tmp-* directories, an unpruned checkpoint)
   // are cleaned up first, so at most keep_last + 1 checkpoints exist at any moment.
   // Returns the checkpoint's directory.
+  // With a group of size > 1 the call is collective: every rank calls it with the same step and
+  // its own sections (metadata_json is rank 0's); when any rank fails, every rank throws and
+  // `latest` still names the previous checkpoint.
   // Throws loom::Error for step < 0, a section name that is not [A-Za-z0-9_-][A-Za-z0-9_.-]*
   // (or is "meta"), invalid metadata JSON, and any I/O failure (naming the path); a failed
   // save leaves `latest` and the existing checkpoints untouched.
@@ -64,6 +97,9 @@ class CheckpointManager {
   // instead, with Checkpoint::note saying so. std::nullopt when the directory holds no
   // checkpoint at all (a fresh run). Throws loom::Error when checkpoints exist but none is
   // complete, listing why each was rejected: silently starting from scratch would be worse.
+  // With a group: this rank's sections (and rank 0's metadata); a checkpoint counts as complete
+  // only when every rank's part is, and one saved by another number of ranks is an error that
+  // says how many. Every rank reads the same files, so all reach the same checkpoint.
   std::optional<Checkpoint> load_latest() const;
 
   // The checkpoint of one step; throws loom::Error (naming the file and the problem) if it
@@ -75,11 +111,21 @@ class CheckpointManager {
 
   const std::filesystem::path& dir() const { return dir_; }
   int keep_last() const { return keep_last_; }
+  const CheckpointGroup& group() const { return group_; }
+  // "rank-00003": the directory of a rank's files in a group checkpoint.
+  static std::string rank_dir_name(int rank);
   // "step-00000123"
   static std::string step_dir_name(int64_t step);
 
  private:
   Checkpoint load_dir(const std::filesystem::path& step_dir, int64_t step) const;
+  // The group save (size > 1), and the prologue both kinds of save share.
+  std::filesystem::path save_group(int64_t step, const std::map<std::string, StateDict>& sections,
+                                   const std::string& metadata_json);
+  void prepare_save() const;
+  // Moves a finished temporary directory to dir/step_dir_name(step), replacing an existing one
+  // atomically, and makes the rename durable.
+  void publish(const std::filesystem::path& tmp, int64_t step) const;
   // The step `latest` names; nullopt when it is missing or malformed.
   std::optional<int64_t> latest_step() const;
   void remove_leftovers() const;
@@ -87,6 +133,7 @@ class CheckpointManager {
 
   std::filesystem::path dir_;
   int keep_last_;
+  CheckpointGroup group_;
 };
 
 }  // namespace loom::nn
