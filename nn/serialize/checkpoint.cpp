@@ -233,95 +233,121 @@ void CheckpointManager::publish(const fs::path& tmp, int64_t step) const {
   remove_tree(aside);
 }
 
-fs::path CheckpointManager::save(int64_t step, const std::map<std::string, StateDict>& sections,
-                                 const std::string& metadata_json) {
-  if (group_.size > 1) return save_group(step, sections, metadata_json);
-  LOOM_CHECK(step >= 0, "CheckpointManager::save: step must be >= 0, got ", step);
-  Json user_metadata = validated_metadata(sections, metadata_json);
-  prepare_save();
+bool CheckpointManager::agree(bool ok) const { return group_.size == 1 ? ok : group_.all_ok(ok); }
 
-  // 1. Build the checkpoint where no reader looks.
-  const std::string name = step_dir_name(step);
-  const fs::path tmp = temporary_dir(dir_, name);
+CheckpointManager::PendingSave CheckpointManager::begin_save(int64_t step,
+                                                            const std::map<std::string, StateDict>& sections,
+                                                            const std::string& metadata_json) {
+  PendingSave pending;
+  pending.step = step;
+  std::string error;
   try {
-    std::error_code ec;
-    LOOM_CHECK(fs::create_directory(tmp, ec) && !ec, "CheckpointManager::save: cannot create '", tmp.string(),
-               "': ", ec.message());
-    Json meta = {{"format", kFormat}, {"version", kFormatVersion}, {"step", step}};
-    meta["sections"] = write_sections(tmp, sections);
-    meta["metadata"] = std::move(user_metadata);
-    // meta.json last: a directory with it is one whose every section was written before it.
-    write_file_atomically(tmp / kMetaFile, meta.dump(2) + "\n");
-    // 2. Publish the directory under its final name in one atomic step.
-    publish(tmp, step);
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(tmp, ignored);  // best effort (gone if published); the next save removes what is left
-    throw;
+    LOOM_CHECK(step >= 0, "CheckpointManager::save: step must be >= 0, got ", step);
+    pending.metadata_json = validated_metadata(sections, metadata_json).dump();
+    if (group_.rank == 0) {
+      prepare_save();  // also removes the temporary directory of a killed save
+      // One name for every rank of a group (no pid in it): rank 0 creates it, all write into it.
+      pending.tmp = group_.size == 1 ? temporary_dir(dir_, step_dir_name(step))
+                                     : dir_ / (std::string(kTmpPrefix) + step_dir_name(step) + "-group");
+      std::error_code ec;
+      LOOM_CHECK(fs::create_directory(pending.tmp, ec) && !ec, "CheckpointManager::save: cannot create '",
+                 pending.tmp.string(), "': ", ec.message());
+      fsync_directory(dir_);
+    } else {
+      pending.tmp = dir_ / (std::string(kTmpPrefix) + step_dir_name(step) + "-group");
+    }
+  } catch (const Error& e) {
+    error = e.what();
   }
-  // 3. Point `latest` at it (write_file_atomically: temporary file, fsync, rename, fsync dir).
-  write_file_atomically(dir_ / kLatest, name + "\n");
-  // 4. Only now may older checkpoints go: until `latest` moved, one of them was the latest.
-  prune(step);
+  // Waits until rank 0 created the directory every rank writes into.
+  if (!agree(error.empty()))
+    throw Error(error.empty() ? failed_elsewhere(step) : error);
+  return pending;
+}
+
+void CheckpointManager::write_part(PendingSave& pending, const std::map<std::string, StateDict>& sections) const {
+  if (group_.size == 1) {
+    pending.sections_json = write_sections(pending.tmp, sections).dump();
+    return;
+  }
+  const fs::path mine = pending.tmp / rank_dir_name(group_.rank);
+  std::error_code ec;
+  LOOM_CHECK(fs::create_directory(mine, ec) && !ec, "CheckpointManager::save: cannot create '", mine.string(),
+             "': ", ec.message());
+  Json description = {
+      {"format", kFormat}, {"version", kFormatVersion}, {"step", pending.step}, {"rank", group_.rank}};
+  description["sections"] = write_sections(mine, sections);
+  write_file_atomically(mine / "rank.json", description.dump(2) + "\n");  // last, as meta.json
+  fsync_directory(pending.tmp);
+}
+
+fs::path CheckpointManager::commit_save(const PendingSave& pending, const std::string& write_error) {
+  const std::string name = step_dir_name(pending.step);
+  // Waits until every rank's files are durable (or one failed): only then may rank 0 publish.
+  if (!agree(write_error.empty())) {
+    if (group_.rank == 0) {
+      std::error_code ignored;
+      fs::remove_all(pending.tmp, ignored);  // best effort; the next save removes what is left
+    }
+    throw Error(write_error.empty() ? failed_elsewhere(pending.step) : write_error);
+  }
+  std::string error;
+  if (group_.rank == 0) {
+    try {
+      Json meta = {{"format", kFormat}, {"version", kFormatVersion}, {"step", pending.step}};
+      if (group_.size == 1) {
+        meta["sections"] = Json::parse(pending.sections_json);
+      } else {
+        meta["world_size"] = group_.size;
+        meta["sections"] = Json::array();  // each rank's are in its rank.json
+      }
+      meta["metadata"] = Json::parse(pending.metadata_json);
+      // meta.json last: a directory with it is one whose every section was written before it.
+      write_file_atomically(pending.tmp / kMetaFile, meta.dump(2) + "\n");
+      // Publish the directory under its final name in one atomic step, then point `latest` at
+      // it (write_file_atomically: temporary file, fsync, rename, fsync dir), and only then
+      // prune: until `latest` moved, an older checkpoint was the latest.
+      publish(pending.tmp, pending.step);
+      write_file_atomically(dir_ / kLatest, name + "\n");
+      prune(pending.step);
+    } catch (const Error& e) {
+      error = e.what();
+      std::error_code ignored;
+      fs::remove_all(pending.tmp, ignored);
+    }
+  }
+  // Waits until rank 0 committed, so that a save that returned is the job's latest checkpoint.
+  if (!agree(error.empty())) throw Error(error.empty() ? failed_elsewhere(pending.step) : error);
   return dir_ / name;
 }
 
-fs::path CheckpointManager::save_group(int64_t step, const std::map<std::string, StateDict>& sections,
-                                       const std::string& metadata_json) {
-  const std::string name = step_dir_name(step);
-  // One name for every rank (no pid in it): rank 0 creates it, the others write into it.
-  const fs::path tmp = dir_ / (std::string(kTmpPrefix) + name + "-group");
-  std::string error;  // this rank's failure, if any
-  Json user_metadata;
-  // Every rank runs every phase's agreement, even after a failure, so that no rank waits in one
-  // the others never reach; a failed phase makes every rank throw.
-  auto phase = [&](const std::function<void()>& body) {
-    if (error.empty()) {
-      try {
-        body();
-      } catch (const Error& e) {
-        error = e.what();
-      }
+std::string CheckpointManager::failed_elsewhere(int64_t step) const {
+  return "CheckpointManager::save: step " + std::to_string(step) + " failed on another rank; 'latest' in '" +
+         dir_.string() + "' still names the previous checkpoint";
+}
+
+fs::path CheckpointManager::save(int64_t step, const std::map<std::string, StateDict>& sections,
+                                 const std::string& metadata_json) {
+  if (group_.size == 1) {
+    // A single process throws at once, without the agreements' bookkeeping.
+    PendingSave pending = begin_save(step, sections, metadata_json);
+    try {
+      write_part(pending, sections);
+    } catch (...) {
+      std::error_code ignored;
+      fs::remove_all(pending.tmp, ignored);
+      throw;
     }
-    // Waits for every rank to finish this phase (and learns whether all succeeded).
-    if (!group_.all_ok(error.empty())) {
-      if (error.empty())
-        error = "CheckpointManager::save: step " + std::to_string(step) + " failed on another rank; 'latest' in '" +
-                dir_.string() + "' still names the previous checkpoint";
-      throw Error(error);
-    }
-  };
-  phase([&] {
-    LOOM_CHECK(step >= 0, "CheckpointManager::save: step must be >= 0, got ", step);
-    user_metadata = validated_metadata(sections, metadata_json);
-    if (group_.rank != 0) return;
-    prepare_save();  // also removes a .tmp-*-group directory left by a killed job
-    std::error_code ec;
-    LOOM_CHECK(fs::create_directory(tmp, ec) && !ec, "CheckpointManager::save: cannot create '", tmp.string(),
-               "': ", ec.message());
-    fsync_directory(dir_);
-  });
-  // Every rank's files, durable before the agreement: after it, rank 0 may publish them.
-  phase([&] {
-    const fs::path mine = tmp / rank_dir_name(group_.rank);
-    std::error_code ec;
-    LOOM_CHECK(fs::create_directory(mine, ec) && !ec, "CheckpointManager::save: cannot create '", mine.string(),
-               "': ", ec.message());
-    Json description = {{"format", kFormat}, {"version", kFormatVersion}, {"step", step}, {"rank", group_.rank}};
-    description["sections"] = write_sections(mine, sections);
-    write_file_atomically(mine / "rank.json", description.dump(2) + "\n");  // last, as meta.json
-    fsync_directory(tmp);
-  });
-  phase([&] {
-    if (group_.rank != 0) return;
-    Json meta = {{"format", kFormat},      {"version", kFormatVersion}, {"step", step},
-                 {"world_size", group_.size}, {"sections", Json::array()}, {"metadata", std::move(user_metadata)}};
-    write_file_atomically(tmp / kMetaFile, meta.dump(2) + "\n");
-    publish(tmp, step);
-    write_file_atomically(dir_ / kLatest, name + "\n");
-    prune(step);
-  });
-  return dir_ / name;
+    return commit_save(pending, "");
+  }
+  PendingSave pending = begin_save(step, sections, metadata_json);
+  std::string error;
+  try {
+    write_part(pending, sections);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  return commit_save(pending, error);
 }
 
 std::optional<int64_t> CheckpointManager::latest_step() const {

@@ -114,14 +114,32 @@ class CheckpointManager {
   const CheckpointGroup& group() const { return group_; }
   // "rank-00003": the directory of a rank's files in a group checkpoint.
   static std::string rank_dir_name(int rank);
+
+  // save() in its three stages, for AsyncCheckpointer (async_checkpoint.h), which writes the
+  // files on a background thread while training goes on:
+  //   begin_save   collective: checks the arguments; rank 0 cleans up and creates the
+  //                temporary directory (throws on every rank if any failed)
+  //   write_part   this rank's files into it, fsynced; no agreement, so any thread may run it
+  //   commit_save  collective: agrees that every rank wrote its part (write_error empty), then
+  //                rank 0 writes meta.json, publishes the directory and moves `latest`
+  struct PendingSave {
+    int64_t step = -1;
+    std::filesystem::path tmp;
+    std::string metadata_json;  // validated
+    std::string sections_json;  // a single process's section list, for meta.json
+  };
+  PendingSave begin_save(int64_t step, const std::map<std::string, StateDict>& sections,
+                         const std::string& metadata_json);
+  void write_part(PendingSave& pending, const std::map<std::string, StateDict>& sections) const;
+  std::filesystem::path commit_save(const PendingSave& pending, const std::string& write_error);
   // "step-00000123"
   static std::string step_dir_name(int64_t step);
 
  private:
   Checkpoint load_dir(const std::filesystem::path& step_dir, int64_t step) const;
-  // The group save (size > 1), and the prologue both kinds of save share.
-  std::filesystem::path save_group(int64_t step, const std::map<std::string, StateDict>& sections,
-                                   const std::string& metadata_json);
+  // all_ok over the group (the flag itself for a single process).
+  bool agree(bool ok) const;
+  std::string failed_elsewhere(int64_t step) const;
   void prepare_save() const;
   // Moves a finished temporary directory to dir/step_dir_name(step), replacing an existing one
   // atomically, and makes the rename durable.

@@ -249,6 +249,10 @@ Header parse_header(std::string_view text, uint64_t buffer_size, std::string_vie
                json_type(shape_value));
     DimVector shape;
     uint64_t numel = 1;
+    // The product with zeros counted as ones: what a tensor's strides multiply up to. An empty
+    // tensor such as [0, 2^40, 2^40] has no bytes to check against the buffer, yet its strides
+    // (and a running element count) would overflow int64 all the same.
+    uint64_t extent = 1;
     for (const Json& dim_value : shape_value) {
       uint64_t dim = 0;
       LOOM_CHECK(non_negative_integer(dim_value, dim), tensor,
@@ -257,6 +261,10 @@ Header parse_header(std::string_view text, uint64_t buffer_size, std::string_vie
                  shape_value.dump(), " has a dimension larger than 2^63 - 1");
       LOOM_CHECK(!__builtin_mul_overflow(numel, dim, &numel), tensor, "shape ", shape_value.dump(),
                  ": the element count overflows 64 bits");
+      LOOM_CHECK(!__builtin_mul_overflow(extent, std::max<uint64_t>(dim, 1), &extent) &&
+                     extent <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
+                 tensor, "shape ", shape_value.dump(),
+                 ": the product of its non-zero dimensions overflows int64 (no tensor has such strides)");
       shape.push_back(static_cast<int64_t>(dim));
     }
     uint64_t nbytes = 0;

@@ -53,8 +53,9 @@ SafetensorsFile load_safetensors(const std::filesystem::path& path);
 // input throws loom::Error — file shorter than 8 bytes; header length beyond the file or over
 // 100 MB; header not a JSON object (or with duplicate keys, or nested deeper than the format
 // allows); an entry that is not an object, lacks or adds fields; an unknown or unsupported
-// dtype; a shape that is not a list of non-negative integers; numel × element size that
-// overflows or differs from end - begin; data_offsets that are not two non-negative integers
+// dtype; a shape that is not a list of non-negative integers, or whose non-zero dimensions
+// multiply past int64 (even when another is 0); numel × element size that overflows or
+// differs from end - begin; data_offsets that are not two non-negative integers
 // with begin <= end <= buffer size; overlapping tensors; bytes of the buffer that no tensor
 // covers; metadata that is not string -> string; a BOOL byte other than 0 or 1.
 SafetensorsFile load_safetensors_from_bytes(std::string_view bytes,

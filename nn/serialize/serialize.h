@@ -4,6 +4,7 @@
  */
 #pragma once
 
+#include "nn/serialize/async_checkpoint.h"
 #include "nn/serialize/atomic_file.h"
 #include "nn/serialize/checkpoint.h"
 #include "nn/serialize/safetensors.h"

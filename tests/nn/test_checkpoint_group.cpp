@@ -21,6 +21,7 @@
 #include <random>
 #include <thread>
 
+#include "core/parallel.h"
 #include "nn/serialize/serialize.h"
 #include "tests/test_util.h"
 
@@ -296,4 +297,38 @@ TEST_CASE("checkpoint group: SIGKILL of a rank at random moments, 100 trials: al
           " trials advanced, ", fallbacks, " fallbacks");
   CHECK(fallbacks == 0);  // `latest` only ever named complete checkpoints
   CHECK(advanced >= kTrials / 4);  // the jobs made progress, so kills landed inside saves
+}
+
+TEST_CASE("checkpoint group: asynchronous saves commit together at a poll once every rank's writer is done") {
+  test::ScratchDir dir("checkpoint_group_async");
+  SharedBarrier* barrier = shared_barrier(2);
+  auto statuses = run_ranks(2, [&](int rank) {
+    set_num_threads(1);  // the snapshot's copies run inline: the pool's threads did not survive fork()
+    CheckpointManager sync(dir.path() / "sync", 3, group_of(barrier, rank));
+    CheckpointManager manager(dir.path() / "async", 3, group_of(barrier, rank));
+    AsyncCheckpointer async(manager);
+    for (int64_t step = 1; step <= 3; ++step) {
+      const std::string meta = "{\"step\":" + std::to_string(step) + "}";
+      sync.save(step, rank_state(step, rank), meta);
+      async.save(step, rank_state(step, rank), meta);
+      // Each poll is one agreement, so both ranks leave this loop at the same poll.
+      int polls = 0;
+      while (!async.poll()) {
+        ++polls;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      if (rank == 0 && CheckpointManager(dir.path() / "async", 3, reader_of(0, 2)).load_latest()->step != step) return 12;
+    }
+    return 0;
+  });
+  CHECK(exited_zero(statuses[0]));
+  CHECK(exited_zero(statuses[1]));
+  for (int rank = 0; rank < 2; ++rank) {
+    auto c = CheckpointManager(dir.path() / "async", 3, reader_of(rank, 2)).load_latest();
+    REQUIRE(c.has_value());
+    CHECK(c->step == 3);
+    CHECK(rank_mismatch(*c, rank).empty());
+    const std::string part = "step-00000003/" + CheckpointManager::rank_dir_name(rank) + "/model.safetensors";
+    CHECK(read_file(dir.path() / "sync" / part) == read_file(dir.path() / "async" / part));
+  }
 }
