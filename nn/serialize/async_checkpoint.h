@@ -17,8 +17,9 @@
  *
  * A crash while the writer runs leaves a temporary directory, which no reader looks at: the
  * previous checkpoint stays `latest` and intact (tests/nn/test_async_checkpoint.cpp kills the
- * process during background writes to show it). The cost is memory: one copy of the state
- * while a write is pending; and a pending save is finished (waited for) before the next starts.
+ * process during background writes to show it). The cost is memory: one host copy of the state
+ * (kept between saves as a buffer, so that later snapshots copy into mapped pages); and a
+ * pending save is finished (waited for) before the next starts.
  */
 #pragma once
 
@@ -70,7 +71,9 @@ class AsyncCheckpointer {
 
   CheckpointManager& manager_;
   std::optional<CheckpointManager::PendingSave> pending_;
-  std::map<std::string, StateDict> snapshot_;  // what the writer writes; owned here, not shared
+  // What the writer writes; owned here, not shared. Kept after the commit as the next save's
+  // buffers: one copy of the state lives on for the object's lifetime.
+  std::map<std::string, StateDict> snapshot_;
   std::thread writer_;
   std::atomic<bool> written_{false};
   std::string write_error_;  // set by the writer before written_
@@ -80,5 +83,7 @@ class AsyncCheckpointer {
 // Deep copies of every tensor of `sections`, contiguous and on the host: a snapshot that later
 // in-place updates of the originals (the optimizer's next step) cannot change.
 std::map<std::string, StateDict> host_snapshot(const std::map<std::string, StateDict>& sections);
+// The same into `into`, reusing its tensors (same section, key, shape and dtype) as buffers.
+void host_snapshot(const std::map<std::string, StateDict>& sections, std::map<std::string, StateDict>& into);
 
 }  // namespace loom::nn

@@ -72,6 +72,7 @@ std::vector<BenchCase> data_cases();
 std::vector<BenchCase> nn_cases();
 std::vector<BenchCase> quant_cases();    // quant_cases.cpp: INT8 inference
 std::vector<BenchCase> distill_cases();  // distill_cases.cpp: knowledge distillation
+std::vector<BenchCase> checkpoint_cases();  // checkpoint_cases.cpp: the pause a checkpoint causes
 
 const std::vector<BenchCase>& all_cases();
 
