@@ -14,10 +14,18 @@
  * hanging in MPI_Finalize. "unwaited": rank 0 starts the all_reduce and returns from main without
  * waiting for it, and rank 1 returns as well; the exit handler must give the pending operation
  * its timeout, then abort the job instead of waiting forever.
+ * "sigkill", "exit1", "sigstop": rank 1 dies (SIGKILL, or exit(1) without finalising MPI) or
+ * freezes (SIGSTOP) where it should join the all_reduce. A death ends the job at once (mpirun
+ * sees it and names the rank and how it ended); a frozen rank looks like a hang, so rank 0's
+ * timeout names the operation and abort_job ends the job, the stopped process included.
  * argv[2] (ignored): a token on the command line, by which the wrapper finds leftover processes.
  */
+#include <signal.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -29,8 +37,10 @@ int main(int argc, char** argv) {
   using namespace loom::distributed;
   auto world = init_process_group(Backend::Mpi);
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (world->size() != 2 || (mode != "abort" && mode != "return" && mode != "unwaited")) {
-    std::cerr << "timeout_main: run with mpirun -np 2 timeout_main abort|return|unwaited" << std::endl;
+  const std::set<std::string> modes{"abort", "return", "unwaited", "sigkill", "exit1", "sigstop"};
+  if (world->size() != 2 || !modes.contains(mode)) {
+    std::cerr << "timeout_main: run with mpirun -np 2 timeout_main abort|return|unwaited|sigkill|exit1|sigstop"
+              << std::endl;
     return 2;
   }
   world->barrier();  // both ranks are up: what follows is a hang, not a slow start
@@ -41,13 +51,16 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (world->rank() == 1) {
+    if (mode == "sigkill") ::raise(SIGKILL);
+    if (mode == "sigstop") ::raise(SIGSTOP);
+    if (mode == "exit1") std::_Exit(1);  // no MPI_Finalize, no exit handlers: a crash's way out
     std::this_thread::sleep_for(std::chrono::minutes(10));
     return 0;  // only reached if nobody aborted the job
   }
   try {
     world->all_reduce(t);  // waits for rank 1, which never comes
   } catch (const Error& e) {
-    if (mode == "abort") abort_job(std::string("timeout_main: ") + e.what(), 3);
+    if (mode != "return") abort_job(std::string("timeout_main: ") + e.what(), 3);
     std::cerr << "timeout_main: " << e.what() << std::endl;
     return 0;  // the exit handler must notice the stuck operation and abort the job
   }

@@ -8,7 +8,10 @@
 # MODE=abort: rank 0 calls abort_job; MODE=return: it returns from main and the exit handler must
 # abort the job (a stuck communication thread must not hang the exit); MODE=unwaited: nobody
 # waits for the all_reduce, and the exit handler must abort after its timeout.
-# Usage: cmake -DMPIEXEC=<mpirun> -DPROGRAM=<timeout_main> -DMODE=abort|return|unwaited -P timeout_test.cmake
+# MODE=sigkill / exit1: rank 1 dies instead of joining the all_reduce; mpirun must end the job at
+# once and say which rank died and how. MODE=sigstop: rank 1 freezes; rank 0's timeout must name
+# the operation and abort_job must end the job, the stopped process included.
+# Usage: cmake -DMPIEXEC=<mpirun> -DPROGRAM=<timeout_main> -DMODE=<mode> -P timeout_test.cmake
 string(RANDOM LENGTH 16 ALPHABET "abcdefghijklmnopqrstuvwxyz" token)
 string(TIMESTAMP start "%s")
 execute_process(
@@ -43,14 +46,22 @@ endif()
 if(elapsed GREATER 25)
   message(FATAL_ERROR "the job took ${elapsed} s to end; expected about 2 s (the timeout) plus start-up")
 endif()
-if(MODE STREQUAL "unwaited")
+if(MODE STREQUAL "sigkill")
+  if(NOT "${out}${err}" MATCHES "process rank 1 with PID [0-9]+ on node [^ ]+ exited on signal 9")
+    message(FATAL_ERROR "mpirun did not name the rank that was killed")
+  endif()
+elseif(MODE STREQUAL "exit1")
+  if(NOT "${out}${err}" MATCHES "Process name: \\[\\[[0-9]+,[0-9]+\\],1\\]" OR NOT "${out}${err}" MATCHES "Exit code: +1")
+    message(FATAL_ERROR "mpirun did not name the rank that exited with status 1")
+  endif()
+elseif(MODE STREQUAL "unwaited")
   if(NOT "${out}${err}" MATCHES "did not finish its queued operations within 2000 ms")
     message(FATAL_ERROR "the exit handler did not report the operation nobody waited for")
   endif()
 elseif(NOT "${out}${err}" MATCHES "all_reduce timed out after 2000 ms on mpi group of 2 \\(world ranks 0,1\\), rank 0")
   message(FATAL_ERROR "the output does not name the operation, the group and the rank that timed out")
 endif()
-if(NOT MODE STREQUAL "abort" AND NOT "${out}${err}" MATCHES "exiting while an MPI operation is still pending")
+if((MODE STREQUAL "return" OR MODE STREQUAL "unwaited") AND NOT "${out}${err}" MATCHES "exiting while an MPI operation is still pending")
   message(FATAL_ERROR "the exit handler did not report the pending operation it aborted for")
 endif()
 message("ok: the job ended with exit status ${rc} after ${elapsed} s")
