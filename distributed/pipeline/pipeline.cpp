@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "autograd/autograd.h"
+#include "core/allocator.h"
 #include "core/error.h"
 #include "ops/ops.h"
 
@@ -111,6 +112,22 @@ StepStats PipelineStageRunner::train_step(const Tensor& input, const Tensor& tar
   const auto step_start = Clock::now();
   int64_t live = 0;
   double loss_sum = 0;
+  // Activation memory: live bytes of the stage's allocator above the step's starting point.
+  const std::vector<Tensor> params = stage_->parameters();
+  Allocator* allocator = get_allocator(params.empty() ? DeviceType::CPU : params.front().device().type());
+  // Parameter gradients that the step's first backward allocates (after zero_grad set them to
+  // none) are not activations: their bytes are taken out again.
+  auto gradient_bytes = [&] {
+    int64_t total = 0;
+    for (const Tensor& p : params)
+      if (p.grad().defined()) total += static_cast<int64_t>(p.grad().nbytes());
+    return total;
+  };
+  const int64_t baseline = static_cast<int64_t>(allocator->stats().allocated_bytes) - gradient_bytes();
+  auto sample_memory = [&] {
+    const int64_t held = static_cast<int64_t>(allocator->stats().allocated_bytes) - gradient_bytes() - baseline;
+    stats.peak_activation_bytes = std::max(stats.peak_activation_bytes, held);
+  };
   for (const Action& a : schedule_[s]) {
     const auto start = Clock::now();
     const int64_t i = a.microbatch;
@@ -119,12 +136,14 @@ StepStats PipelineStageRunner::train_step(const Tensor& input, const Tensor& tar
       case ActionType::RecvActivation:
         inputs[i] = recv_tensor(*group_, a.peer).requires_grad_(true);
         bytes = static_cast<int64_t>(inputs[i].nbytes());
+        sample_memory();
         break;
       case ActionType::Forward: {
         if (first) inputs[i] = micro(input, i, "input");
         outputs[i] = (*stage_)(inputs[i]);
         if (last) losses[i] = loss_fn(outputs[i], micro(target, i, "target")) / static_cast<double>(m);
         stats.peak_live_microbatches = std::max(stats.peak_live_microbatches, ++live);
+        sample_memory();
         break;
       }
       case ActionType::SendActivation:

@@ -49,6 +49,13 @@ using LossFn = std::function<Tensor(const Tensor&, const Tensor&)>;
 struct StepStats {
   double loss = 0;                  // the batch's mean loss (every rank gets it)
   int64_t peak_live_microbatches = 0;
+  // The most memory the stage held for backward during the step: the high-water mark, sampled
+  // after each forward and each received activation, of the stage's allocator's live bytes above
+  // their value when the step began (parameters and optimizer state are in that baseline, and
+  // parameter gradients are left out, so what remains is activations, the graph's saved tensors
+  // and messages in flight).
+  // Process-wide: a data loader allocating on other threads at the same time adds to it.
+  int64_t peak_activation_bytes = 0;
   double compute_seconds = 0, wait_seconds = 0;  // forward/backward vs send/recv time of this rank
 };
 

@@ -71,6 +71,7 @@ TEST_CASE("pipeline: GPipe and 1F1B steps equal the whole model's in loss, gradi
       StepStats stats = runner.train_step(x, y, ce);
       CHECK(std::abs(stats.loss - expected.item<double>()) < 1e-5);
       CHECK(stats.peak_live_microbatches == (kind == ScheduleKind::GPipe ? m : std::min<int64_t>(p - s, m)));
+      CHECK(stats.peak_activation_bytes > 0);
       // This stage's layers are layers [bounds[s], bounds[s+1]) of the reference.
       for (int64_t layer = bounds[s]; layer < bounds[s + 1]; ++layer) {
         const auto* ref_linear = dynamic_cast<const nn::Linear*>(&(*reference)[layer]);
@@ -91,6 +92,38 @@ TEST_CASE("pipeline: GPipe and 1F1B steps equal the whole model's in loss, gradi
   if (s == 0)
     CHECK(test::error_of([&] { runner.train_step(x, y, ce); }).find("must split into 3 equal micro-batches") !=
           std::string::npos);
+}
+
+TEST_CASE("pipeline: 1F1B holds p micro-batches of activation memory where GPipe holds m, in bytes") {
+  const int p = world()->size(), s = world()->rank();
+  const int64_t m = 8;
+  // Wide enough that activations, not the allocator's rounding, make up the bytes.
+  manual_seed(5);
+  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(64, 512), std::make_shared<nn::ReLU>(),
+                                                std::make_shared<nn::Linear>(512, 512), std::make_shared<nn::ReLU>(),
+                                                std::make_shared<nn::Linear>(512, 512), std::make_shared<nn::ReLU>(),
+                                                std::make_shared<nn::Linear>(512, 4));
+  const std::vector<int64_t> bounds = partition_balanced(layer_counts(*model), p);
+  auto stage = stage_of(*model, bounds[s], bounds[s + 1]);
+  Generator g(3);
+  Tensor x = randn({128, 64}, kFloat32, &g), y = randint(0, 4, {128}, DType::Int64, &g);
+  auto ce = [](const Tensor& out, const Tensor& t) { return nn::functional::cross_entropy(out, t); };
+  int64_t bytes[2] = {0, 0};
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+    PipelineStageRunner runner(stage, world(), kind, m);
+    runner.train_step(x, y, ce);  // the first step allocates the gradients: not activations
+    stage->zero_grad();
+    bytes[kind == ScheduleKind::OneFOneB] = runner.train_step(x, y, ce).peak_activation_bytes;
+  }
+  CAPTURE(s);
+  CAPTURE(bytes[0]);
+  CAPTURE(bytes[1]);
+  // Stage 0 holds m micro-batches under GPipe and min(p, m) under 1F1B: the bytes follow.
+  const double live_ratio = static_cast<double>(m) / static_cast<double>(std::min<int64_t>(p - s, m));
+  CHECK(bytes[1] < bytes[0]);
+  CHECK(static_cast<double>(bytes[0]) / static_cast<double>(bytes[1]) > 0.6 * live_ratio);
+  MESSAGE("stage " << s << ": peak activation bytes GPipe " << bytes[0] << ", 1F1B " << bytes[1] << " (live micro-batches "
+                   << m << " vs " << std::min<int64_t>(p - s, m) << ")");
 }
 
 TEST_CASE("pipeline: a traced step has one track per rank, m forwards and backwards each, and a bubble") {

@@ -7,6 +7,8 @@
  *                    with the median span of `samples` steps)
  *   bubble_theory    (p - 1) / (m + p - 1)
  *   peak_live        micro-batches of activations held by stage 0 at its peak (GPipe m, 1F1B p)
+ *   peak_activation_mb  the bytes behind them: stage 0's allocator high-water mark above the
+ *                    step's start (StepStats::peak_activation_bytes)
  *
  * Communication, loss and the unequal stage costs are real here, so measured exceeds theory a
  * little. With LOOM_PIPELINE_TRACE=FILE the trace of the last case is written to FILE (open it
@@ -53,10 +55,12 @@ std::vector<Metric> pipeline_bubble(distributed::ProcessGroup& world_group, cons
       runner.train_step(x, y, ce);  // warm-up
       // The step with the median span over `samples` steps (the slowest rank's span).
       std::vector<std::pair<double, std::vector<std::vector<pl::TraceEvent>>>> steps;
-      int64_t peak = 0;
+      int64_t peak = 0, peak_bytes = 0;
       for (int i = 0; i < options.samples; ++i) {
         stage->zero_grad();
-        peak = runner.train_step(x, y, ce).peak_live_microbatches;
+        const pl::StepStats stats = runner.train_step(x, y, ce);
+        peak = stats.peak_live_microbatches;
+        peak_bytes = stats.peak_activation_bytes;
         auto trace = pl::gather_trace(*world, runner.last_events());
         double span = 0;
         for (const auto& events : trace)
@@ -74,6 +78,7 @@ std::vector<Metric> pipeline_bubble(distributed::ProcessGroup& world_group, cons
       metrics.push_back({"bubble_measured", mean, "", extra});
       metrics.push_back({"bubble_theory", theory, "", extra});
       metrics.push_back({"peak_live", static_cast<double>(peak), "microbatches", extra});
+      metrics.push_back({"peak_activation_mb", static_cast<double>(peak_bytes) / 1e6, "MB", extra});
       metrics.push_back({"step_ms", steps[steps.size() / 2].first / 1e3, "ms", extra});
       last_trace = pl::chrome_trace_json(median);
     }
