@@ -17,7 +17,9 @@ constexpr int64_t kMaxRank = 8;  // the shape header: [rank, d0, ..., d7]
 
 // A tensor whose shape the receiver does not know yet goes as two messages: its shape, then its
 // data. Both halves are blocking and in the same order on both sides (schedule.h's guarantee).
-void send_tensor(ProcessGroup& group, const Tensor& t, int peer) {
+// Posts the shape header and the payload of `t` to `peer` without waiting; the returned works
+// (and `t`, which the caller keeps) must live until they complete.
+std::vector<WorkPtr> send_tensor(ProcessGroup& group, const Tensor& t, int peer, int tag) {
   LOOM_CHECK(t.dim() <= kMaxRank, "pipeline: cannot send a tensor of rank ", t.dim());
   // The receiver allocates float32 (the header carries the shape only).
   LOOM_CHECK(t.dtype() == kFloat32, "pipeline: stages exchange float32 activations and gradients, got ", t.dtype());
@@ -25,20 +27,26 @@ void send_tensor(ProcessGroup& group, const Tensor& t, int peer) {
   auto* h = header.data_ptr<int64_t>();
   h[0] = t.dim();
   for (int64_t i = 0; i < t.dim(); ++i) h[i + 1] = t.size(i);
-  group.send(header, peer);
-  group.send(t.contiguous(), peer);
+  return {group.send_async(header, peer, tag), group.send_async(t, peer, tag)};
 }
 
-Tensor recv_tensor(ProcessGroup& group, int peer) {
+Tensor recv_tensor(ProcessGroup& group, int peer, int tag) {
   Tensor header = zeros({kMaxRank + 1}, TensorOptions(kInt64));
-  group.recv(header, peer);
+  group.recv(header, peer, tag);
   const auto* h = header.data_ptr<int64_t>();
   LOOM_CHECK(h[0] >= 0 && h[0] <= kMaxRank, "pipeline: received a bad shape header from rank ", peer);
   DimVector sizes;
   for (int64_t i = 0; i < h[0]; ++i) sizes.push_back(h[i + 1]);
   Tensor t = empty(sizes);
-  group.recv(t, peer);
+  group.recv(t, peer, tag);
   return t;
+}
+
+// The tag of a message: the model-stage boundary it crosses (activations of stage g and the
+// gradients coming back to it cross boundary g).
+int tag_of(const Action& a) {
+  const bool downstream = a.type == ActionType::SendActivation || a.type == ActionType::RecvGrad;
+  return static_cast<int>(downstream ? a.stage : a.stage - 1);
 }
 
 }  // namespace
@@ -88,23 +96,43 @@ std::shared_ptr<nn::Sequential> stage_of(const nn::Sequential& model, int64_t be
 
 PipelineStageRunner::PipelineStageRunner(std::shared_ptr<nn::Sequential> stage, std::shared_ptr<ProcessGroup> group,
                                          ScheduleKind kind, int64_t microbatches)
-    : stage_(std::move(stage)), group_(std::move(group)), microbatches_(microbatches) {
-  LOOM_CHECK(stage_ != nullptr && group_ != nullptr, "PipelineStageRunner: null stage or group");
-  schedule_ = make_schedule(kind, group_->size(), microbatches);
+    : chunks_{std::move(stage)}, group_(std::move(group)), microbatches_(microbatches) {
+  LOOM_CHECK(chunks_.front() != nullptr && group_ != nullptr, "PipelineStageRunner: null stage or group");
+  schedule_ = make_schedule(kind == ScheduleKind::Interleaved1F1B ? ScheduleKind::OneFOneB : kind, group_->size(),
+                            microbatches);
+}
+
+PipelineStageRunner::PipelineStageRunner(std::vector<std::shared_ptr<nn::Sequential>> chunks,
+                                         std::shared_ptr<ProcessGroup> group, int64_t microbatches)
+    : chunks_(std::move(chunks)), group_(std::move(group)), microbatches_(microbatches) {
+  LOOM_CHECK(!chunks_.empty() && group_ != nullptr, "PipelineStageRunner: no chunks or a null group");
+  for (const auto& chunk : chunks_) LOOM_CHECK(chunk != nullptr, "PipelineStageRunner: a null chunk");
+  schedule_ = make_schedule(ScheduleKind::Interleaved1F1B, group_->size(), microbatches,
+                            static_cast<int64_t>(chunks_.size()));
+}
+
+std::vector<Tensor> PipelineStageRunner::parameters() const {
+  std::vector<Tensor> all;
+  for (const auto& chunk : chunks_)
+    for (const Tensor& p : chunk->parameters()) all.push_back(p);
+  return all;
 }
 
 StepStats PipelineStageRunner::train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn) {
   using Clock = std::chrono::steady_clock;
-  const int s = group_->rank(), p = group_->size();
-  const int64_t m = microbatches_;
-  const bool first = s == 0, last = s == p - 1;
+  const int p = group_->size();
+  const int64_t m = microbatches_, v = static_cast<int64_t>(chunks_.size());
+  const int64_t model_stages = p * v;
   auto micro = [m](const Tensor& batch, int64_t i, const char* what) {
     LOOM_CHECK(batch.defined() && batch.size(0) % m == 0, "pipeline: the ", what, " batch (", batch.size(0),
                " examples) must split into ", m, " equal micro-batches");
     const int64_t n = batch.size(0) / m;
     return batch.slice(0, i * n, (i + 1) * n);
   };
-  std::vector<Tensor> inputs(m), outputs(m), grads(m), losses(m);
+  // Per (chunk, micro-batch): slot c·m + i.
+  std::vector<Tensor> inputs(v * m), outputs(v * m), grads(v * m), losses(v * m);
+  // Sends still in flight, with the tensors they read from (released when the step ends).
+  std::vector<std::pair<WorkPtr, Tensor>> in_flight;
   StepStats stats;
   events_.clear();
   // The step starts together on every rank, so that the trace's tracks share a time origin.
@@ -113,7 +141,7 @@ StepStats PipelineStageRunner::train_step(const Tensor& input, const Tensor& tar
   int64_t live = 0;
   double loss_sum = 0;
   // Activation memory: live bytes of the stage's allocator above the step's starting point.
-  const std::vector<Tensor> params = stage_->parameters();
+  const std::vector<Tensor> params = parameters();
   Allocator* allocator = get_allocator(params.empty() ? DeviceType::CPU : params.front().device().type());
   // Parameter gradients that the step's first backward allocates (after zero_grad set them to
   // none) are not activations: their bytes are taken out again.
@@ -128,58 +156,74 @@ StepStats PipelineStageRunner::train_step(const Tensor& input, const Tensor& tar
     const int64_t held = static_cast<int64_t>(allocator->stats().allocated_bytes) - gradient_bytes() - baseline;
     stats.peak_activation_bytes = std::max(stats.peak_activation_bytes, held);
   };
-  for (const Action& a : schedule_[s]) {
+  auto post = [&](const Tensor& t, const Action& a) {
+    for (WorkPtr& work : send_tensor(*group_, t, a.peer, tag_of(a))) in_flight.emplace_back(std::move(work), t);
+  };
+  // Drops the sends that completed, and with them the last reference to a sent gradient, which
+  // would otherwise stay allocated until the step ends.
+  auto release_completed = [&] {
+    std::erase_if(in_flight, [](const std::pair<WorkPtr, Tensor>& send) { return send.first->is_completed(); });
+  };
+  for (const Action& a : schedule_[group_->rank()]) {
     const auto start = Clock::now();
     const int64_t i = a.microbatch;
+    const int64_t slot = (a.stage / p) * m + i;
+    const bool first = a.stage == 0, last = a.stage == model_stages - 1;
     int64_t bytes = 0;  // a message's payload, for the trace
     switch (a.type) {
       case ActionType::RecvActivation:
-        inputs[i] = recv_tensor(*group_, a.peer).requires_grad_(true);
-        bytes = static_cast<int64_t>(inputs[i].nbytes());
+        inputs[slot] = recv_tensor(*group_, a.peer, tag_of(a)).requires_grad_(true);
+        bytes = static_cast<int64_t>(inputs[slot].nbytes());
         sample_memory();
         break;
       case ActionType::Forward: {
-        if (first) inputs[i] = micro(input, i, "input");
-        outputs[i] = (*stage_)(inputs[i]);
-        if (last) losses[i] = loss_fn(outputs[i], micro(target, i, "target")) / static_cast<double>(m);
+        if (first) inputs[slot] = micro(input, i, "input");
+        outputs[slot] = (*chunks_[a.stage / p])(inputs[slot]);
+        if (last) losses[slot] = loss_fn(outputs[slot], micro(target, i, "target")) / static_cast<double>(m);
         stats.peak_live_microbatches = std::max(stats.peak_live_microbatches, ++live);
         sample_memory();
         break;
       }
       case ActionType::SendActivation:
-        send_tensor(*group_, outputs[i].detach(), a.peer);
-        bytes = static_cast<int64_t>(outputs[i].nbytes());
+        post(outputs[slot].detach().contiguous(), a);
+        bytes = static_cast<int64_t>(outputs[slot].nbytes());
         break;
       case ActionType::RecvGrad:
-        grads[i] = recv_tensor(*group_, a.peer);
-        bytes = static_cast<int64_t>(grads[i].nbytes());
+        grads[slot] = recv_tensor(*group_, a.peer, tag_of(a));
+        bytes = static_cast<int64_t>(grads[slot].nbytes());
         break;
       case ActionType::Backward:
         if (last) {
-          losses[i].backward();
-          loss_sum += losses[i].item<double>();
+          losses[slot].backward();
+          loss_sum += losses[slot].item<double>();
         } else {
-          outputs[i].backward(grads[i]);
+          outputs[slot].backward(grads[slot]);
         }
-        outputs[i] = grads[i] = losses[i] = Tensor();  // this micro-batch's graph and activations go
+        outputs[slot] = grads[slot] = losses[slot] = Tensor();  // this micro-batch's graph and activations go
         --live;
         break;
       case ActionType::SendGrad:
-        send_tensor(*group_, inputs[i].grad(), a.peer);
-        bytes = static_cast<int64_t>(inputs[i].grad().nbytes());
-        inputs[i] = Tensor();
+        post(inputs[slot].grad().contiguous(), a);
+        bytes = static_cast<int64_t>(inputs[slot].grad().nbytes());
+        inputs[slot] = Tensor();
         break;
     }
+    if (a.is_recv()) release_completed();  // a receive waited anyway: the cheapest moment to look
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     (a.is_compute() ? stats.compute_seconds : stats.wait_seconds) += seconds;
     if (tracing_) {
-      events_.push_back(TraceEvent{a.to_string(), a.is_compute(), i,
+      const std::string name = v == 1 ? a.to_string() : (a.is_compute() ? compute_label(a, p, true) : a.to_string());
+      events_.push_back(TraceEvent{name, a.is_compute(), i,
                                    std::chrono::duration<double, std::micro>(start - step_start).count(),
                                    seconds * 1e6, bytes});
     }
   }
+  // Every posted send has been received by now or will be (its receiver is in this step too):
+  // wait for them, so that the buffers they read stay alive until then.
+  for (auto& [work, buffer] : in_flight) work->wait();
   // The last stage knows the loss; every rank reports it (waits for the last stage).
-  Tensor loss = full({1}, last ? loss_sum : 0.0, TensorOptions(kFloat64));
+  // The last model stage is on rank p - 1 (chunk v - 1 of that rank).
+  Tensor loss = full({1}, group_->rank() == p - 1 ? loss_sum : 0.0, TensorOptions(kFloat64));
   group_->broadcast(loss, p - 1);
   stats.loss = loss.item<double>();
   return stats;

@@ -1,7 +1,7 @@
 /*
  * Pipeline parallelism: a sequential model cut into p stages, one per rank of a pipeline group,
- * trained on m micro-batches per step by running a schedule (schedule.h: GPipe or 1F1B) with
- * blocking send/recv between neighbouring stages.
+ * trained on m micro-batches per step by running a schedule (schedule.h: GPipe, 1F1B or
+ * interleaved 1F1B) with point-to-point messages between neighbouring stages.
  *
  *   rank 0: layers [0, b1)     rank 1: layers [b1, b2)   ...   rank p-1: layers [b_{p-1}, L) + loss
  *      x_mb ─► stage 0 ─ send act ─► stage 1 ─ ... ─► stage p-1 ─► loss_mb / m
@@ -14,6 +14,16 @@
  *
  * Partitioning: by layer count, by parameter count, or by measured time (partition_balanced
  * over any per-layer cost: contiguous stages minimising the most expensive one).
+ *
+ * Interleaved 1F1B: the model is cut into p·v stages and rank r runs v of them ("chunks"
+ * r, r + p, ..., given in that order to the chunks constructor); schedule.h has the order.
+ *
+ * Messages: a send is posted without waiting for it (its buffer is kept until the step ends),
+ * and a receive waits. With one stage per rank either way works (the order on every link agrees,
+ * schedule.h), but interleaved chunks pass activations around the ring of ranks, and there two
+ * neighbours can both be sending when each waits for the other's receive; posted sends cannot
+ * block, so only the per-direction order has to agree, which simulate(Eager) checks. Each model-
+ * stage boundary uses its own tag, so messages of different chunks between two ranks never meet.
  */
 #pragma once
 
@@ -61,8 +71,14 @@ struct StepStats {
 
 class PipelineStageRunner {
  public:
-  // stage: this rank's layers; group: the pipeline group (stage s = group rank s).
+  // stage: this rank's layers; group: the pipeline group (stage s = group rank s). kind is GPipe
+  // or OneFOneB (Interleaved1F1B with this constructor is 1F1B: one chunk).
   PipelineStageRunner(std::shared_ptr<nn::Sequential> stage, std::shared_ptr<ProcessGroup> group, ScheduleKind kind,
+                      int64_t microbatches);
+  // Interleaved 1F1B over v = chunks.size() chunks: chunks[c] is model stage c·p + rank of the
+  // p·v. Throws loom::Error for no chunks, a null one, or what make_schedule throws (m not a
+  // multiple of p).
+  PipelineStageRunner(std::vector<std::shared_ptr<nn::Sequential>> chunks, std::shared_ptr<ProcessGroup> group,
                       int64_t microbatches);
   // One step's forwards and backwards. input: the whole batch [N, ...] (read on the first stage
   // only; N divisible by m), target: [N, ...] (read on the last stage only). Leaves the stage's
@@ -75,10 +91,14 @@ class PipelineStageRunner {
   const std::vector<TraceEvent>& last_events() const { return events_; }
 
   const Schedule& schedule() const { return schedule_; }
-  nn::Sequential& stage() { return *stage_; }
+  // This rank's (first) stage; chunks() has all of an interleaved runner's.
+  nn::Sequential& stage() { return *chunks_.front(); }
+  const std::vector<std::shared_ptr<nn::Sequential>>& chunks() const { return chunks_; }
+  // The parameters of every chunk of this rank, in chunk order (what its optimizer steps).
+  std::vector<Tensor> parameters() const;
 
  private:
-  std::shared_ptr<nn::Sequential> stage_;
+  std::vector<std::shared_ptr<nn::Sequential>> chunks_;
   std::shared_ptr<ProcessGroup> group_;
   int64_t microbatches_;
   Schedule schedule_;

@@ -39,6 +39,24 @@ ActionType matching_type(ActionType type) {
   }
 }
 
+// The model-stage boundary a message crosses: an activation goes from stage g to g + 1 and a
+// gradient from g + 1 to g, both across boundary g. Two messages are the halves of one when they
+// have matching types, the same micro-batch and the same boundary (with one stage per rank the
+// boundary is implied by the ranks; with interleaved chunks two ranks share several boundaries).
+int64_t boundary_of(const Action& a) {
+  switch (a.type) {
+    case ActionType::SendActivation:
+    case ActionType::RecvGrad:
+      return a.stage;
+    default:
+      return a.stage - 1;
+  }
+}
+
+bool halves_of_one_message(const Action& a, const Action& b) {
+  return matching_type(a.type) == b.type && a.microbatch == b.microbatch && boundary_of(a) == boundary_of(b);
+}
+
 Action compute(ActionType type, int64_t microbatch, int64_t stage) {
   return {type, microbatch, stage, -1};
 }
@@ -67,6 +85,40 @@ std::vector<Action> one_f_one_b_compute_order(int64_t stage, int64_t p, int64_t 
   return order;
 }
 
+// Interleaved 1F1B on one rank (Narayanan et al., 2021, sec. 2.2; Megatron-LM's
+// forward_backward_pipelining_with_interleaving). The model is cut into p·v stages and rank r
+// holds v of them, "chunks" r, r + p, r + 2p, ...: a micro-batch crosses every rank v times, so a
+// rank gets work after 1/v of a stage's time instead of a whole stage's, and the fill and drain
+// (the bubble) shrink by v. The rank goes through m·v "virtual micro-batches" in groups of p:
+// forwards take p micro-batches through chunk 0, the same p through chunk 1, ..., then the next p;
+// backwards go through the chunks in reverse. The warm-up is what must be in flight before the
+// first gradient can come back: 2(p - r - 1) forwards for the two trips along the ranks the
+// last chunk's gradient and its activation make, plus (v - 1)·p for the earlier chunks.
+std::vector<Action> interleaved_compute_order(int64_t rank, int64_t p, int64_t m, int64_t v) {
+  const int64_t total = m * v;
+  auto chunk_of = [&](int64_t k, bool forward) {
+    const int64_t c = (k % (p * v)) / p;
+    return forward ? c : v - 1 - c;
+  };
+  auto microbatch_of = [&](int64_t k) { return (k / (p * v)) * p + k % p; };
+  auto forward = [&](int64_t k) {
+    return compute(ActionType::Forward, microbatch_of(k), chunk_of(k, true) * p + rank);
+  };
+  auto backward = [&](int64_t k) {
+    return compute(ActionType::Backward, microbatch_of(k), chunk_of(k, false) * p + rank);
+  };
+  // With m == p every virtual micro-batch is in flight before the first backward can start.
+  const int64_t warmup = m == p ? total : std::min(total, 2 * (p - rank - 1) + (v - 1) * p);
+  std::vector<Action> order;
+  for (int64_t k = 0; k < warmup; ++k) order.push_back(forward(k));
+  for (int64_t k = 0; k < total - warmup; ++k) {
+    order.push_back(forward(k + warmup));
+    order.push_back(backward(k));
+  }
+  for (int64_t k = total - warmup; k < total; ++k) order.push_back(backward(k));
+  return order;
+}
+
 // Adds the messages to one stage's compute order. In each gap between two compute actions the
 // rank sends what the previous action produced and receives what the next one needs; within the
 // gap, activation messages go before gradient messages (stable otherwise: send, then receive).
@@ -74,11 +126,10 @@ std::vector<Action> one_f_one_b_compute_order(int64_t stage, int64_t p, int64_t 
 // before sending gradient j to s-1 — because stage s-1, in its gap "forward i | backward j",
 // sends activation i before waiting for gradient j. Both sides of each link thus see the same
 // message order, which is what makes blocking send/recv deadlock-free (schedule.h).
-std::vector<Action> with_messages(const std::vector<Action>& computes, int64_t stage, int64_t p) {
-  const int prev = static_cast<int>(stage - 1);
-  const int next = static_cast<int>(stage + 1);
-  const bool first = stage == 0;
-  const bool last = stage == p - 1;
+//
+// With several chunks per rank (interleaved), each compute action names its model stage g; its
+// neighbours are stages g - 1 and g + 1 of the p·v, on ranks (g - 1) mod p and (g + 1) mod p.
+std::vector<Action> with_messages(const std::vector<Action>& computes, int64_t p, int64_t model_stages) {
   std::vector<Action> out;
   std::vector<Action> gap;  // messages of the current gap
   auto flush = [&] {
@@ -89,6 +140,11 @@ std::vector<Action> with_messages(const std::vector<Action>& computes, int64_t s
     gap.clear();
   };
   for (const Action& c : computes) {
+    const int64_t stage = c.stage;
+    const int prev = static_cast<int>((stage - 1 + p) % p);
+    const int next = static_cast<int>((stage + 1) % p);
+    const bool first = stage == 0;
+    const bool last = stage == model_stages - 1;
     // What the next compute action needs.
     if (c.type == ActionType::Forward && !first)
       gap.push_back({ActionType::RecvActivation, c.microbatch, stage, prev});
@@ -152,31 +208,65 @@ const char* schedule_kind_name(ScheduleKind kind) {
       return "GPipe";
     case ScheduleKind::OneFOneB:
       return "1F1B";
+    case ScheduleKind::Interleaved1F1B:
+      return "interleaved 1F1B";
   }
   return "?";
 }
 
-Schedule make_schedule(ScheduleKind kind, int64_t stages, int64_t microbatches) {
-  LOOM_CHECK(stages >= 1, "make_schedule(", schedule_kind_name(kind), "): expected stages >= 1, got ",
-             stages);
-  LOOM_CHECK(microbatches >= 1, "make_schedule(", schedule_kind_name(kind),
-             "): expected microbatches >= 1, got ", microbatches);
+Schedule make_schedule(ScheduleKind kind, int64_t stages, int64_t microbatches, int64_t chunks) {
+  const char* name = schedule_kind_name(kind);
+  LOOM_CHECK(stages >= 1, "make_schedule(", name, "): expected stages >= 1, got ", stages);
+  LOOM_CHECK(microbatches >= 1, "make_schedule(", name, "): expected microbatches >= 1, got ", microbatches);
+  if (kind != ScheduleKind::Interleaved1F1B) {
+    LOOM_CHECK(chunks == 1, "make_schedule(", name, "): one model chunk per rank, got ", chunks,
+               " (several are the interleaved schedule's)");
+  } else {
+    LOOM_CHECK(chunks >= 1, "make_schedule(", name, "): expected chunks >= 1, got ", chunks);
+    LOOM_CHECK(chunks == 1 || stages >= 2, "make_schedule(", name, "): ", chunks,
+               " chunks on 1 rank would send to itself; interleaving needs at least 2 ranks");
+    LOOM_CHECK(microbatches % stages == 0, "make_schedule(", name, "): the micro-batches (", microbatches,
+               ") go through the chunks in groups of one per rank, so they must be a multiple of the ", stages,
+               " ranks");
+  }
   Schedule schedule;
   for (int64_t s = 0; s < stages; ++s) {
-    const std::vector<Action> computes = kind == ScheduleKind::GPipe
-                                             ? gpipe_compute_order(s, microbatches)
-                                             : one_f_one_b_compute_order(s, stages, microbatches);
-    schedule.push_back(with_messages(computes, s, stages));
+    std::vector<Action> computes;
+    if (kind == ScheduleKind::GPipe)
+      computes = gpipe_compute_order(s, microbatches);
+    else if (kind == ScheduleKind::OneFOneB)
+      computes = one_f_one_b_compute_order(s, stages, microbatches);
+    else
+      computes = interleaved_compute_order(s, stages, microbatches, chunks);
+    schedule.push_back(with_messages(computes, stages, stages * chunks));
   }
   return schedule;
 }
 
+std::string compute_label(const Action& a, int64_t ranks, bool interleaved) {
+  if (!interleaved) return a.to_string();
+  return a.to_string() + static_cast<char>('a' + a.stage / ranks);
+}
+
+namespace {
+
+bool has_chunks(const Schedule& schedule) {
+  const auto ranks = static_cast<int64_t>(schedule.size());
+  for (const auto& actions : schedule)
+    for (const Action& a : actions)
+      if (a.stage >= ranks) return true;
+  return false;
+}
+
+}  // namespace
+
 std::string format_schedule(const Schedule& schedule) {
   std::ostringstream os;
+  const bool interleaved = has_chunks(schedule);
   for (size_t r = 0; r < schedule.size(); ++r) {
     os << "stage " << r << ":";
     for (const Action& a : schedule[r]) {
-      if (a.is_compute()) os << " " << a.to_string();
+      if (a.is_compute()) os << " " << compute_label(a, static_cast<int64_t>(schedule.size()), interleaved);
     }
     os << "\n";
   }
@@ -207,7 +297,7 @@ std::vector<std::string> check_pairwise_order(const Schedule& schedule) {
       const size_t n = std::min(on_a.size(), on_b.size());
       std::ostringstream os;
       for (size_t i = 0; i < n; ++i) {
-        if (matching_type(on_a[i].type) != on_b[i].type || on_a[i].microbatch != on_b[i].microbatch) {
+        if (!halves_of_one_message(on_a[i], on_b[i])) {
           os << "rank " << a << " <-> rank " << b << ": message #" << i << " is " << on_a[i].to_string()
              << " on rank " << a << " but " << on_b[i].to_string() << " on rank " << b;
           break;
@@ -241,8 +331,7 @@ SimulationResult simulate(const Schedule& schedule, const SimulationOptions& opt
 
   auto done = [&](int r) { return pc[r] >= schedule[r].size(); };
   auto matches = [](const Action& send_or_recv, const Action& other, int rank) {
-    return other.type == matching_type(send_or_recv.type) && other.microbatch == send_or_recv.microbatch &&
-           other.peer == rank;
+    return halves_of_one_message(send_or_recv, other) && other.peer == rank;
   };
   auto finish = [&](int r, int64_t start, int64_t end) {
     result.timeline[r].push_back({schedule[r][pc[r]], start, end});
@@ -327,10 +416,15 @@ SimulationResult simulate(const Schedule& schedule, const SimulationOptions& opt
 }
 
 std::string format_timeline(const SimulationResult& result) {
+  const auto ranks = static_cast<int64_t>(result.timeline.size());
+  bool interleaved = false;
+  for (const auto& actions : result.timeline)
+    for (const TimedAction& t : actions) interleaved = interleaved || t.action.stage >= ranks;
+  auto label = [&](const Action& a) { return compute_label(a, ranks, interleaved); };
   size_t width = 1;
   for (const auto& actions : result.timeline) {
     for (const TimedAction& t : actions) {
-      if (t.action.is_compute()) width = std::max(width, t.action.to_string().size());
+      if (t.action.is_compute()) width = std::max(width, label(t.action).size());
     }
   }
   std::ostringstream os;
@@ -338,7 +432,7 @@ std::string format_timeline(const SimulationResult& result) {
     std::vector<std::string> cells(result.total_time, ".");
     for (const TimedAction& t : result.timeline[r]) {
       if (!t.action.is_compute()) continue;
-      for (int64_t u = t.start; u < t.end; ++u) cells[u] = t.action.to_string();
+      for (int64_t u = t.start; u < t.end; ++u) cells[u] = label(t.action);
     }
     std::string line = "stage " + std::to_string(r) + ":";
     for (const std::string& c : cells) line += " " + c + std::string(width - c.size(), ' ');

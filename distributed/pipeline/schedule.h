@@ -96,8 +96,8 @@ struct Action {
 // schedule[r]: the actions of rank r, in the order it performs them.
 using Schedule = std::vector<std::vector<Action>>;
 
-enum class ScheduleKind { GPipe, OneFOneB };
-// "GPipe", "1F1B".
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B };
+// "GPipe", "1F1B", "interleaved 1F1B".
 const char* schedule_kind_name(ScheduleKind kind);
 
 // The schedule of `kind` for `stages` = p ranks and `microbatches` = m micro-batches: p lists.
@@ -109,11 +109,24 @@ const char* schedule_kind_name(ScheduleKind kind);
 //     backward i), then the w remaining backwards; backwards go in micro-batch order. When
 //     m < p the stages near the front have no steady state (w = m): they run all m forwards and
 //     then all m backwards, like GPipe, and the peak memory is m instead of p - s.
-// Throws loom::Error if stages < 1 or microbatches < 1.
-Schedule make_schedule(ScheduleKind kind, int64_t stages, int64_t microbatches);
+//   Interleaved 1F1B (chunks = v model chunks per rank; the stretch of 1F1B in Narayanan et al.,
+//     2021): the model is cut into p·v stages, rank r holding stages r, r + p, ...; each compute
+//     action's `stage` is that model stage. Forwards go through groups of p micro-batches chunk
+//     by chunk, backwards through the chunks in reverse; rank r warms up with
+//     2(p - r - 1) + (v - 1)p forwards (all m·v when m == p). The bubble shrinks to
+//     (p - 1) / (v·m + p - 1) of the step in the simulator's units (forward and backward of a
+//     chunk cost 1/v of a whole stage's), at the price of v times as many messages. m must be a
+//     multiple of p. With v = 1 it is 1F1B.
+// Throws loom::Error if stages < 1, microbatches < 1, chunks != 1 for GPipe or 1F1B, or (for
+// interleaved) chunks < 1, chunks > 1 on one rank, or m not a multiple of p.
+Schedule make_schedule(ScheduleKind kind, int64_t stages, int64_t microbatches, int64_t chunks = 1);
 
-// The compute actions of each rank, one line per stage: "stage 0: F0 F1 B0 F2 B1 B2\n...".
+// The compute actions of each rank, one line per stage: "stage 0: F0 F1 B0 F2 B1 B2\n...". In an
+// interleaved schedule each label ends with its chunk's letter: "F3a" is micro-batch 3 through
+// the rank's first chunk, "F3b" through its second.
 std::string format_schedule(const Schedule& schedule);
+// That label of one compute action on a schedule of `ranks` ranks.
+std::string compute_label(const Action& a, int64_t ranks, bool interleaved);
 
 // How simulate() treats a send.
 //   Rendezvous: a send and its receive complete together, when both ranks have reached them

@@ -392,3 +392,100 @@ TEST_CASE("pipeline schedule: errors") {
 
 }  // namespace
 }  // namespace loom::distributed::pipeline
+
+namespace loom::distributed::pipeline {
+namespace {
+
+TEST_CASE("pipeline schedule: interleaved 1F1B runs every (model stage, micro-batch) once, on its rank") {
+  for (int64_t p : {2, 3, 4})
+    for (int64_t v : {2, 3})
+      for (int64_t m : {p, 2 * p, 4 * p}) {
+        CAPTURE(p);
+        CAPTURE(v);
+        CAPTURE(m);
+        const Schedule schedule = make_schedule(ScheduleKind::Interleaved1F1B, p, m, v);
+        REQUIRE(static_cast<int64_t>(schedule.size()) == p);
+        for (int64_t r = 0; r < p; ++r) {
+          std::vector<int> forwards(p * v * m, 0), backwards(p * v * m, 0);
+          for (const Action& a : schedule[r]) {
+            CHECK(a.stage % p == r);  // rank r holds model stages r, r + p, ...
+            if (a.type == ActionType::Forward) ++forwards[a.stage * m + a.microbatch];
+            if (a.type == ActionType::Backward) ++backwards[a.stage * m + a.microbatch];
+            // Neighbouring model stages, around the ring of ranks.
+            if (a.type == ActionType::SendActivation || a.type == ActionType::RecvGrad) CHECK(a.peer == (r + 1) % p);
+            if (a.type == ActionType::RecvActivation || a.type == ActionType::SendGrad) CHECK(a.peer == (r + p - 1) % p);
+          }
+          for (int64_t c = 0; c < v; ++c)
+            for (int64_t i = 0; i < m; ++i) {
+              CHECK(forwards[(c * p + r) * m + i] == 1);
+              CHECK(backwards[(c * p + r) * m + i] == 1);
+            }
+        }
+      }
+}
+
+TEST_CASE("pipeline schedule: interleaved 1F1B needs posted sends, and with them its bubble is (p-1)/(v m + p-1)") {
+  for (int64_t p : {2, 3, 4})
+    for (int64_t v : {1, 2, 3})
+      for (int64_t m : {p, 2 * p, 4 * p}) {
+        CAPTURE(p);
+        CAPTURE(v);
+        CAPTURE(m);
+        const Schedule schedule = make_schedule(ScheduleKind::Interleaved1F1B, p, m, v);
+        // A chunk's forward costs 1 and backward 2: the v chunks together are one stage of
+        // 1F1B with costs v and 2v, so the two take the same compute time per rank.
+        const SimulationResult interleaved = simulate(schedule, {1, 2, CommModel::Eager});
+        REQUIRE_MESSAGE(!interleaved.deadlocked, interleaved.deadlock_report);
+        const SimulationResult plain = simulate(make_schedule(ScheduleKind::OneFOneB, p, m), {v, 2 * v, CommModel::Eager});
+        const double theory = static_cast<double>(p - 1) / static_cast<double>(v * m + p - 1);
+        CHECK(interleaved.bubble_fraction[0] == doctest::Approx(theory));
+        CHECK(interleaved.busy_time[0] == plain.busy_time[0]);
+        if (v > 1) CHECK(interleaved.total_time < plain.total_time);
+        // Data dependencies hold in simulated time: stage g's forward of i ends before stage
+        // g + 1's starts, whichever ranks they are on.
+        for (int64_t g = 0; g + 1 < p * v; ++g)
+          for (int64_t i = 0; i < m; ++i) {
+            auto when = [&](int64_t stage) {
+              for (const TimedAction& t : interleaved.timeline[stage % p])
+                if (t.action.type == ActionType::Forward && t.action.stage == stage && t.action.microbatch == i)
+                  return t;
+              FAIL("no forward of micro-batch ", i, " on stage ", stage);
+              return TimedAction{};
+            };
+            CHECK(when(g).end <= when(g + 1).start);
+          }
+        // With v > 1 activations travel around the ring (rank p-1 -> rank 0), where two
+        // neighbours can both be sending: blocking sends deadlock. (v = 1 is 1F1B: they do not.)
+        if (v > 1) CHECK(simulate(schedule, {1, 2, CommModel::Rendezvous}).deadlocked);
+      }
+}
+
+TEST_CASE("pipeline schedule: the interleaved timeline for p = 4, m = 8, v = 2") {
+  // The case of Narayanan et al. (2021, fig. 4), as the simulator lays it out with forward and
+  // backward one unit each;
+  // "a"/"b" are a rank's first and second chunk (model stages r and r + 4).
+  const std::string timeline = format_timeline(
+      simulate(make_schedule(ScheduleKind::Interleaved1F1B, 4, 8, 2), {1, 1, CommModel::Eager}));
+  CHECK(timeline.rfind("stage 0: F0a F1a F2a F3a F0b F1b F2b F3b F4a F5a F6a B0b F7a B1b .   .   F4b B2b", 0) == 0);
+  MESSAGE("\n" << timeline);
+}
+
+TEST_CASE("pipeline schedule: interleaved errors name the problem") {
+  auto error = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(error([] { make_schedule(ScheduleKind::Interleaved1F1B, 4, 6, 2); }).find("must be a multiple of the 4 ranks") !=
+        std::string::npos);
+  CHECK(error([] { make_schedule(ScheduleKind::Interleaved1F1B, 1, 4, 2); }).find("interleaving needs at least 2 ranks") !=
+        std::string::npos);
+  CHECK(error([] { make_schedule(ScheduleKind::OneFOneB, 2, 4, 2); }).find("one model chunk per rank, got 2") !=
+        std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom::distributed::pipeline

@@ -1,7 +1,9 @@
 /*
  * Bench case `pipeline_bubble`: the pipeline bubble measured from a real step's trace against the
  * theory (p - 1) / (m + p - 1), for an MLP 784-1024x6-10 cut into p = world-size stages (by
- * parameter count), batch 256, m = 4, 8 and 16 micro-batches, GPipe and 1F1B.
+ * parameter count), batch 256, m = 4, 8 and 16 micro-batches, GPipe and 1F1B; and interleaved
+ * 1F1B with v = 2 chunks per rank (the MLP cut into 2p stages), whose theory is
+ * (p - 1) / (v·m + p - 1).
  *
  *   bubble_measured  mean over stages of 1 - compute time / step span, from the trace (the step
  *                    with the median span of `samples` steps)
@@ -44,20 +46,29 @@ std::vector<Metric> pipeline_bubble(distributed::ProcessGroup& world_group, cons
   model->push_back(std::make_shared<nn::Linear>(1024, 10));
   const std::vector<int64_t> bounds = pl::partition_balanced(pl::parameter_counts(*model), p);
   auto stage = pl::stage_of(*model, bounds[s], bounds[s + 1]);
+  constexpr int64_t kChunks = 2;  // interleaved: rank s runs model stages s and s + p of 2p
+  const std::vector<int64_t> fine = pl::partition_balanced(pl::parameter_counts(*model), kChunks * p);
+  std::vector<std::shared_ptr<nn::Sequential>> chunks;
+  for (int64_t c = 0; c < kChunks; ++c) chunks.push_back(pl::stage_of(*model, fine[c * p + s], fine[c * p + s + 1]));
   Tensor x = randn({256, 784}), y = randint(0, 10, {256}, DType::Int64);
   auto ce = [](const Tensor& out, const Tensor& target) { return nn::functional::cross_entropy(out, target); };
   std::vector<Metric> metrics;
   std::string last_trace;
-  for (pl::ScheduleKind kind : {pl::ScheduleKind::GPipe, pl::ScheduleKind::OneFOneB}) {
+  for (pl::ScheduleKind kind :
+       {pl::ScheduleKind::GPipe, pl::ScheduleKind::OneFOneB, pl::ScheduleKind::Interleaved1F1B}) {
+    const bool interleaved = kind == pl::ScheduleKind::Interleaved1F1B;
+    const int64_t v = interleaved ? kChunks : 1;
     for (int64_t m : {4, 8, 16}) {
-      pl::PipelineStageRunner runner(stage, world, kind, m);
+      if (m % p != 0 && interleaved) continue;  // interleaving takes micro-batches in groups of p
+      pl::PipelineStageRunner runner = interleaved ? pl::PipelineStageRunner(chunks, world, m)
+                                                   : pl::PipelineStageRunner(stage, world, kind, m);
       runner.set_tracing(true);
       runner.train_step(x, y, ce);  // warm-up
       // The step with the median span over `samples` steps (the slowest rank's span).
       std::vector<std::pair<double, std::vector<std::vector<pl::TraceEvent>>>> steps;
       int64_t peak = 0, peak_bytes = 0;
       for (int i = 0; i < options.samples; ++i) {
-        stage->zero_grad();
+        for (const auto& chunk : runner.chunks()) chunk->zero_grad();
         const pl::StepStats stats = runner.train_step(x, y, ce);
         peak = stats.peak_live_microbatches;
         peak_bytes = stats.peak_activation_bytes;
@@ -73,8 +84,9 @@ std::vector<Metric> pipeline_bubble(distributed::ProcessGroup& world_group, cons
       std::vector<double> bubble = pl::measured_bubble(median);
       double mean = 0;
       for (double b : bubble) mean += b / static_cast<double>(bubble.size());
-      const double theory = static_cast<double>(p - 1) / static_cast<double>(m + p - 1);
-      nlohmann::ordered_json extra{{"schedule", pl::schedule_kind_name(kind)}, {"stages", p}, {"microbatches", m}};
+      const double theory = static_cast<double>(p - 1) / static_cast<double>(v * m + p - 1);
+      nlohmann::ordered_json extra{
+          {"schedule", pl::schedule_kind_name(kind)}, {"stages", p}, {"chunks", v}, {"microbatches", m}};
       metrics.push_back({"bubble_measured", mean, "", extra});
       metrics.push_back({"bubble_theory", theory, "", extra});
       metrics.push_back({"peak_live", static_cast<double>(peak), "microbatches", extra});
