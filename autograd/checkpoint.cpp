@@ -28,8 +28,9 @@ struct AutocastState {
 
 class CheckpointNode final : public Node {
  public:
-  CheckpointNode(CheckpointFn fn, const std::vector<Tensor>& inputs, uint64_t seed, uint64_t offset)
-      : fn_(std::move(fn)), rng_seed_(seed), rng_offset_(offset) {
+  CheckpointNode(CheckpointFn fn, const std::vector<Tensor>& inputs, uint64_t seed, uint64_t offset,
+                 std::function<void()> after_backward)
+      : fn_(std::move(fn)), after_backward_(std::move(after_backward)), rng_seed_(seed), rng_offset_(offset) {
     for (const Tensor& x : inputs) {
       add_input(gradient_edge(x), x);
       saved_.emplace_back(x, /*is_output=*/false);
@@ -89,6 +90,9 @@ class CheckpointNode final : public Node {
       root_grads.push_back(grads[i]);
     }
     if (!roots.empty()) backward(roots, root_grads, /*retain_graph=*/false, /*create_graph=*/GradMode::is_enabled());
+    outputs.clear();  // the recomputed graph goes before the hook runs
+    roots.clear();
+    if (after_backward_) after_backward_();
     Grads input_grads;
     for (const Tensor& x : inputs) input_grads.push_back(x.defined() && x.requires_grad() ? x.grad() : Tensor());
     return input_grads;
@@ -96,6 +100,7 @@ class CheckpointNode final : public Node {
 
  private:
   CheckpointFn fn_;
+  std::function<void()> after_backward_;
   AutocastState forward_autocast_;  // captured at construction, i.e. during the forward
   std::vector<SavedTensor> saved_;
   std::vector<bool> input_requires_grad_;
@@ -105,6 +110,11 @@ class CheckpointNode final : public Node {
 }  // namespace
 
 std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs) {
+  return checkpoint(fn, inputs, nullptr);
+}
+
+std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs,
+                               std::function<void()> after_backward) {
   if (!GradMode::is_enabled()) return fn(inputs);
   install_autograd();
   Generator& gen = default_generator();
@@ -116,7 +126,7 @@ std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>
   }
   // Parameters inside fn may need gradients even when no input does, so the node is made
   // whenever grad mode is on.
-  auto node = std::make_shared<CheckpointNode>(fn, inputs, seed, offset);
+  auto node = std::make_shared<CheckpointNode>(fn, inputs, seed, offset, std::move(after_backward));
   for (size_t i = 0; i < outputs.size(); ++i) {
     LOOM_CHECK(outputs[i].defined(), "checkpoint: output ", i, " of the function is undefined");
     for (const Tensor& x : inputs)

@@ -22,6 +22,12 @@ using CheckpointFn = std::function<std::vector<Tensor>(const std::vector<Tensor>
 
 std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs);
 
+// The same, calling after_backward once the recomputed graph's backward has finished (the
+// parameters used inside fn have their gradients then, and the recomputed activations are about
+// to go). ZeRO stage 3 (distributed/zero3.h) reduces and frees a layer's gathered parameters there.
+std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs,
+                               std::function<void()> after_backward);
+
 // One input, one output.
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input);
 
