@@ -86,6 +86,31 @@ std::vector<double> parameter_counts(const nn::Sequential& model) {
   return counts;
 }
 
+std::vector<double> measured_times(nn::Sequential& model, const Tensor& sample, int repeats) {
+  using Clock = std::chrono::steady_clock;
+  LOOM_CHECK(repeats >= 1, "measured_times: repeats must be >= 1, got ", repeats);
+  std::vector<double> seconds;
+  Tensor x = sample;
+  for (int64_t i = 0; i < static_cast<int64_t>(model.size()); ++i) {
+    nn::Module& layer = model[i];
+    std::vector<double> runs;
+    Tensor output;
+    for (int run = 0; run <= repeats; ++run) {  // run 0 warms up (first-touch allocations, caches)
+      // A fresh leaf, so that the backward stops at this layer's input.
+      Tensor input = is_floating(x.dtype()) ? x.detach().requires_grad_(true) : x;
+      const auto start = Clock::now();
+      output = layer(input);
+      if (output.requires_grad()) output.backward(ones_like(output));
+      if (run > 0) runs.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    std::sort(runs.begin(), runs.end());
+    seconds.push_back(runs[runs.size() / 2]);
+    x = output.detach();
+  }
+  model.zero_grad();
+  return seconds;
+}
+
 std::shared_ptr<nn::Sequential> stage_of(const nn::Sequential& model, int64_t begin, int64_t end) {
   LOOM_CHECK(0 <= begin && begin < end && end <= static_cast<int64_t>(model.size()), "pipeline: stage [", begin, ", ",
              end, ") is not a non-empty range of the model's ", model.size(), " layers");

@@ -48,6 +48,12 @@ std::vector<int64_t> partition_balanced(const std::vector<double>& costs, int64_
 // Costs for partition_balanced: 1 per layer (by count) or each layer's parameter count.
 std::vector<double> layer_counts(const nn::Sequential& model);
 std::vector<double> parameter_counts(const nn::Sequential& model);
+// Each layer's measured seconds for one micro-batch like `sample` (its forward and backward, the
+// median of `repeats` runs after one warm-up), in this process. Parameter counts miss what costs
+// time without parameters (a convolution's cost grows with the image, an attention's with the
+// sequence) and what has parameters but little work (an embedding lookup). Leaves no gradients
+// behind. Throws loom::Error for repeats < 1 or a layer that fails on the sample.
+std::vector<double> measured_times(nn::Sequential& model, const Tensor& sample, int repeats = 3);
 
 // The layers [begin, end) of `model` as a Sequential of their own (sharing the layers).
 std::shared_ptr<nn::Sequential> stage_of(const nn::Sequential& model, int64_t begin, int64_t end);

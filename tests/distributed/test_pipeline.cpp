@@ -14,6 +14,8 @@
 #include "distributed/pipeline/pipeline.h"
 #include "distributed/pipeline/trace.h"
 #include "nn/layers/activation.h"
+#include "nn/layers/conv2d.h"
+#include "nn/layers/flatten.h"
 #include "nn/layers/linear.h"
 #include "nn/loss.h"
 #include "nn/optim/sgd.h"
@@ -48,6 +50,28 @@ TEST_CASE("pipeline: balanced partitions minimise the most expensive stage") {
   CHECK(parameter_counts(*net)[0] == 6 * 16 + 16);
   CHECK(parameter_counts(*net)[1] == 0);
   CHECK(test::error_of([] { partition_balanced({1, 1}, 3); }).find("cannot cut 2 layers into 3") != std::string::npos);
+}
+
+TEST_CASE("pipeline: partitioning by measured time sees the cost that parameter counts miss") {
+  // Three convolutions (9k parameters, 9.4M multiply-adds per image each) and a linear layer
+  // (524k parameters, 0.5M multiply-adds, but memory-bound: here about as slow as one
+  // convolution). By parameters the linear layer is a stage of its own and the three
+  // convolutions share the other; by time at least one convolution joins the linear layer
+  // (whatever the noise in the timings, as long as the linear layer is cheaper than two
+  // convolutions: the cut is after the first or the second convolution).
+  manual_seed(3);
+  auto conv = [] { return std::make_shared<nn::Conv2d>(32, 32, 3, nn::Conv2dOptions{.padding = 1}); };
+  nn::Sequential net(conv(), conv(), conv(), std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(32 * 32 * 32, 16));
+  const Tensor sample = randn({4, 32, 32, 32});
+  const std::vector<double> seconds = measured_times(net, sample, 5);
+  REQUIRE(seconds.size() == net.size());
+  INFO("seconds per layer: " << seconds[0] << " " << seconds[1] << " " << seconds[2] << " " << seconds[3] << " "
+                             << seconds[4]);
+  CHECK(partition_balanced(parameter_counts(net), 2)[1] >= 3);
+  CHECK(seconds[0] > 10 * seconds[3]);  // a convolution against a flatten (a view)
+  CHECK(partition_balanced(seconds, 2)[1] <= 2);
+  for (const Tensor& p : net.parameters()) CHECK_FALSE(p.grad().defined());  // no gradients left behind
+  CHECK(test::error_of([&] { measured_times(net, sample, 0); }).find("repeats must be >= 1") != std::string::npos);
 }
 
 TEST_CASE("pipeline: GPipe and 1F1B steps equal the whole model's in loss, gradients and SGD updates") {
