@@ -134,6 +134,18 @@ std::string error_of(F&& f) {
   return "";
 }
 
+// The message of the loom::Error that f throws, or "" when it throws none (for code that may
+// or may not fail, e.g. loading after a random kill).
+template <class F>
+std::string error_if_any(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // A deterministic float32 pattern that a few lines of Python reproduce exactly, for comparing
 // with values computed by PyTorch: sin(seed + 0.61 i) * scale, rounded to float32.
 inline Tensor pat(IntArrayRef shape, double seed, double scale = 0.5) {

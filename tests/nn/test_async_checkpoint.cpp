@@ -56,14 +56,6 @@ std::string mismatch(const Checkpoint& c) {
   return "";
 }
 
-std::string error_or_empty(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace
 
@@ -112,7 +104,7 @@ TEST_CASE("async checkpoint: snapshot at save(), same bytes as a synchronous sav
 
   // Bad arguments fail at save(), in the caller, before any thread starts.
   std::map<std::string, StateDict> bad{{"../up", StateDict()}};
-  CHECK(error_or_empty([&] { async.save(5, bad); }).find("section name '../up'") != std::string::npos);
+  CHECK(test::error_if_any([&] { async.save(5, bad); }).find("section name '../up'") != std::string::npos);
   CHECK_FALSE(async.pending());
 }
 
@@ -166,7 +158,7 @@ TEST_CASE("async checkpoint: SIGKILL during background writes always leaves the 
     REQUIRE_MESSAGE((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL), "the child exited on its own (status ",
                     status, ")");
     std::optional<Checkpoint> c;
-    const std::string error = error_or_empty([&] { c = CheckpointManager(run, 2).load_latest(); });
+    const std::string error = test::error_if_any([&] { c = CheckpointManager(run, 2).load_latest(); });
     REQUIRE_MESSAGE(error.empty(), error);
     if (!c) {
       CHECK(previous == 0);

@@ -33,16 +33,6 @@ namespace {
 
 using test::error_of;
 
-// The message of the loom::Error that f throws, empty when it throws none.
-template <class F>
-std::string thrown_by(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
 
@@ -200,7 +190,7 @@ TEST_CASE("checkpoint group: a rank that fails makes every rank throw, and 'late
     // Step 2: rank 1 passes a section name that is not a file name; rank 0's part is fine.
     auto state = rank_state(2, rank);
     if (rank == 1) state.emplace("../escape", StateDict());
-    const std::string error = thrown_by([&] { manager.save(2, state, "{\"step\":2}"); });
+    const std::string error = test::error_if_any([&] { manager.save(2, state, "{\"step\":2}"); });
     if (rank == 1 && !contains(error, "section name '../escape'")) return 10;
     if (rank == 0 && !contains(error, "step 2 failed on another rank")) return 11;
     return 0;
@@ -273,7 +263,7 @@ TEST_CASE("checkpoint group: SIGKILL of a rank at random moments, 100 trials: al
     INFO("trial ", trial);
     std::optional<Checkpoint> views[2];
     for (int rank = 0; rank < 2; ++rank) {
-      const std::string error = thrown_by([&] { views[rank] = CheckpointManager(run, 2, reader_of(rank, 2)).load_latest(); });
+      const std::string error = test::error_if_any([&] { views[rank] = CheckpointManager(run, 2, reader_of(rank, 2)).load_latest(); });
       REQUIRE_MESSAGE(error.empty(), error);
     }
     if (!views[0]) {
