@@ -16,11 +16,11 @@
  *     over the ranks and all-reduced, so it covers the whole set);
  *   - only rank 0 writes: the run directory holds one set of files, metrics.jsonl one line per
  *     logged step, and only rank 0's progress stream has text;
- *   - a run stopped mid-epoch and resumed at the same N ends bit-identical to one never stopped.
+ *   - a run stopped mid-epoch and resumed at the same N ends bit-identical to one never stopped;
+ *     every rank saved its own state into the checkpoint (step-X/rank-R/).
  */
-#include <unistd.h>
-
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -51,9 +51,9 @@ fs::path shared_scratch(const std::string& name) {
   auto world = test::world();
   Tensor pid = full({1}, static_cast<double>(::getpid()), DType::Int64);
   world->broadcast(pid, 0);
-  fs::path dir = fs::temp_directory_path() /
-                 ("loom_train_dp_" + name + "_np" + std::to_string(world->size()) + "_" +
-                  std::to_string(pid.item<int64_t>()));
+  fs::path dir =
+      fs::temp_directory_path() / ("loom_train_dp_" + name + "_np" + std::to_string(world->size()) + "_" +
+                                   std::to_string(pid.item<int64_t>()));
   if (world->rank() == 0) {
     fs::remove_all(dir);
     fs::create_directories(dir);
@@ -107,10 +107,10 @@ Run run(const train::TrainOptions& o) {
   return r;
 }
 
+// The trained model a run wrote (rank 0: RUN_DIR/model.safetensors, single-process names): the
+// job's checkpoints hold one directory per rank, which a lone reader cannot load.
 nn::StateDict final_model(const fs::path& dir) {
-  auto latest = nn::CheckpointManager(dir).load_latest();
-  REQUIRE(latest.has_value());
-  return latest->sections.at("model");
+  return nn::load_safetensors(dir / "model.safetensors").tensors;
 }
 
 // Largest |a - b| - (atol + rtol |b|) over all entries: <= 0 when close.
@@ -120,7 +120,8 @@ double excess(const nn::StateDict& a, const nn::StateDict& b, double rtol, doubl
     Tensor x = t.to(DType::Float64).contiguous(), y = b.at(name).to(DType::Float64).contiguous();
     const double* p = x.data_ptr<double>();
     const double* q = y.data_ptr<double>();
-    for (int64_t i = 0; i < x.numel(); ++i) worst = std::max(worst, std::abs(p[i] - q[i]) - (atol + rtol * std::abs(q[i])));
+    for (int64_t i = 0; i < x.numel(); ++i)
+      worst = std::max(worst, std::abs(p[i] - q[i]) - (atol + rtol * std::abs(q[i])));
   }
   return worst;
 }
@@ -184,9 +185,9 @@ TEST_CASE("train --dp N equals one process with N times the batch, and only rank
   CHECK(dp.log.empty() == (world->rank() != 0));
   std::set<std::string> names;
   for (const auto& entry : fs::directory_iterator(dir / "dp")) names.insert(entry.path().filename().string());
-  CHECK(names == std::set<std::string>{"config.json", "metrics.jsonl", "report.html", "latest", "model.safetensors",
-                                       "step-" + std::string(8 - std::to_string(steps).size(), '0') +
-                                           std::to_string(steps)});
+  CHECK(names == std::set<std::string>{
+                     "config.json", "metrics.jsonl", "report.html", "latest", "model.safetensors",
+                     "step-" + std::string(8 - std::to_string(steps).size(), '0') + std::to_string(steps)});
   CHECK(count_lines(dir / "dp" / "metrics.jsonl", "\"kind\":\"train\"") == steps);
   CHECK(count_lines(dir / "dp" / "metrics.jsonl", "\"kind\":\"val\"") == 2);
   CHECK(count_lines(dir / "dp" / "config.json", "\"dp\": " + std::to_string(n)) == 1);
@@ -217,6 +218,9 @@ TEST_CASE("train --dp N: a run resumed mid-epoch ends bit-identical to one never
 
   CHECK(resumed.summary.steps == 2 * kExamples / (kBatch * n));
   CHECK(bitwise_equal(final_model(dir / "stopped"), final_model(dir / "whole")));
+  const fs::path step_dir =
+      dir / "whole" / nn::CheckpointManager::step_dir_name(2 * kExamples / (kBatch * n));
+  for (int r = 0; r < n; ++r) CHECK(fs::exists(step_dir / nn::CheckpointManager::rank_dir_name(r)));
   world->barrier();
   if (world->rank() == 0) fs::remove_all(dir);
 }
@@ -233,6 +237,6 @@ TEST_CASE("train --dp: a --dp other than the world size is an input error naming
     message = e.what();
   }
   CHECK(message == "--dp " + std::to_string(world->size() + 1) + " needs mpirun -np " +
-                       std::to_string(world->size() + 1) + " (world size is " + std::to_string(world->size()) +
-                       ")");
+                       std::to_string(world->size() + 1) + "; this job has " + std::to_string(world->size()) +
+                       " ranks");
 }

@@ -1,6 +1,6 @@
 /*
- * tools/train: option parsing (defaults, a config file under command-line flags, bad values,
- * flags that are not available yet) and small end-to-end runs on a tiny HDF5 image dataset:
+ * tools/train: option parsing (defaults, a config file under command-line flags, bad values)
+ * and small end-to-end runs on a tiny HDF5 image dataset:
  * the run directory's files, and a run stopped at step k and resumed ending bit-identical to
  * one that was never stopped.
  */
@@ -161,15 +161,7 @@ TEST_CASE("train options: bad values are errors that name the flag") {
   CHECK(parse_error({"--data", "x.h5", "--out", "r"}).empty());
 }
 
-TEST_CASE("train options: tensor/pipeline parallelism and ZeRO flags say they are not available yet") {
-  for (const char* flag : {"--tp", "--pp", "--microbatches", "--zero"}) {
-    std::string message = parse_error({"--data", "x.h5", "--out", "r", flag, "2"});
-    CHECK(message.find("not available yet") != std::string::npos);
-    CHECK(message.find(flag) != std::string::npos);
-  }
-  CHECK(parse_error({"--data", "x.h5", "--out", "r", "--tp", "2"}).find("tensor/pipeline parallelism") !=
-        std::string::npos);
-}
+// (--tp, --pp, --microbatches, --pipeline-schedule, --zero: tests/tools/test_train_options_parallel.cpp)
 
 TEST_CASE("train options: --dp takes a positive number of ranks") {
   CHECK(parse_error({"--data", "x.h5", "--out", "r", "--dp", "2"}).empty());

@@ -27,13 +27,15 @@ int main(int argc, char** argv) {
       return parsed.exit_code;
     }
     options = *parsed.options;
-    // N processes started by mpirun without --dp would each train alone and write the same run
-    // directory. (Checked here, not in the library: a program may run a single-process
+    // N processes started by mpirun without --dp/--tp/--pp would each train alone and write the
+    // same run directory. (Checked here, not in the library: a program may run a single-process
     // training on each of its ranks on purpose, as tests/distributed/test_train_dp.cpp does.)
+    const int64_t ranks = options.dp * options.tp * options.pp;
     for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
       const char* value = std::getenv(var);
-      if (!options.generate && options.dp == 1 && value != nullptr && std::atoi(value) > 1)
-        throw loom::Error(std::string("started by mpirun -np ") + value + " without --dp: pass --dp " + value);
+      if (!options.generate && ranks == 1 && value != nullptr && std::atoi(value) > 1)
+        throw loom::Error(std::string("started by mpirun -np ") + value +
+                          " without --dp, --tp or --pp: pass e.g. --dp " + value);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train: error: %s\n", e.what());
@@ -49,12 +51,14 @@ int main(int argc, char** argv) {
     const bool input_error = dynamic_cast<const InputError*>(&e) != nullptr;
     const int status = input_error ? 2 : 1;
 #if LOOM_TRAIN_WITH_MPI
-    // With --dp the other ranks may be waiting in a collective this rank will never join:
+    // With several ranks the others may be waiting in a collective this rank will never join:
     // end the whole job now instead of leaving them to the group's timeout.
-    if (options.dp > 1) loom::distributed::abort_job(std::string("train: error: ") + e.what(), status);
+    if (options.dp * options.tp * options.pp > 1)
+      loom::distributed::abort_job(std::string("train: error: ") + e.what(), status);
 #endif
     // On a terminal the progress line is still open: end it first.
-    std::fprintf(stderr, "%strain: error: %s\n", !input_error && isatty(fileno(stdout)) ? "\n" : "", e.what());
+    std::fprintf(stderr, "%strain: error: %s\n", !input_error && isatty(fileno(stdout)) ? "\n" : "",
+                 e.what());
     return status;
   }
 }

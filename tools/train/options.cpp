@@ -22,19 +22,6 @@ using nlohmann::json;
   throw Error(message);
 }
 
-// The flags that exist so that scripts can already name them, each with the issue it lands with.
-struct NotYet {
-  const char* flag;
-  const char* issue;
-};
-constexpr NotYet kNotYet[] = {
-    {"--tp", "the tensor/pipeline parallelism issue"},
-    {"--pp", "the tensor/pipeline parallelism issue"},
-    {"--microbatches", "the tensor/pipeline parallelism issue"},
-    {"--pipeline-schedule", "the tensor/pipeline parallelism issue"},
-    {"--zero", "the ZeRO optimizer-sharding issue"},
-};
-
 std::string flag_of(const std::string& key) {
   std::string flag = "--" + key;
   for (char& c : flag)
@@ -129,6 +116,8 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--d-model", o.d_model, "gpt: embedding width")->check(CLI::PositiveNumber);
   app.add_option("--context", o.context, "gpt: tokens per training window")->check(CLI::PositiveNumber);
+  app.add_option("--dropout", o.dropout, "gpt: dropout probability after the embeddings and in every block")
+      ->check(CLI::Range(0.0, 0.95));
 
   app.add_option("--data", o.data,
                  "Training set, an HDF5 file from make_dataset (required unless --generate)");
@@ -174,22 +163,21 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
   app.add_flag("--force", o.force,
                "Train into a run directory that holds another run (replaces Loom's files)");
   app.add_option("--log-every", o.log_every, "Steps between metrics lines")->check(CLI::PositiveNumber);
+  app.add_flag("--checkpoint-async", o.checkpoint_async,
+               "Write checkpoints on a background thread: training pauses only to copy the state to memory, "
+               "and the checkpoint becomes the latest at the first step after it is on disk");
   app.add_option("--checkpoint-every", o.checkpoint_every, "Steps between checkpoints (0: only at the end)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--threads", o.threads, "Compute threads (0: every core)")->check(CLI::NonNegativeNumber);
   app.add_option("--trace", o.trace,
-                 "Write a Chrome trace (chrome://tracing, Perfetto) of the run to this file");
+                 "Write a Chrome trace (chrome://tracing, Perfetto) of the run to this file; with --pp, "
+                 "also the pipeline's micro-batches on every rank to FILE's name + .pipeline.json");
 
   app.add_flag("--generate", o.generate,
                "Sample text from the GPT checkpoint in --out (or --resume) instead");
   app.add_option("--prompt", o.prompt, "--generate: the text to continue")->default_str("\\n");
   app.add_option("--tokens", o.tokens, "--generate: tokens to sample")->check(CLI::PositiveNumber);
   app.add_option("--temperature", o.temperature, "--generate: softmax temperature")
-      ->check(CLI::PositiveNumber);
-
-  app.add_option("--dp", o.dp,
-                 "Data-parallel ranks: run as `mpirun -np N train ... --dp N` (each rank trains on its share "
-                 "of every batch; rank 0 writes the run directory)")
       ->check(CLI::PositiveNumber);
 
   app.add_option("--teacher", o.teacher,
@@ -200,12 +188,39 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
   app.add_option("--kd-alpha", o.kd_alpha, "--teacher: weight of the distillation term")
       ->check(CLI::Range(0.0, 1.0));
 
-  auto not_yet = app.add_option_group("Not available yet");
-  not_yet->add_option("--tp", o.tp, "Tensor-parallel ranks");
-  not_yet->add_option("--pp", o.pp, "Pipeline stages");
-  not_yet->add_option("--microbatches", o.microbatches, "Pipeline micro-batches");
-  not_yet->add_option("--pipeline-schedule", o.pipeline_schedule, "Pipeline schedule (gpipe, 1f1b)");
-  not_yet->add_option("--zero", o.zero, "ZeRO stage");
+  // The job's mesh: mpirun -np (dp x tp x pp) ranks (parallelism.h, docs/parallelism.md).
+  auto parallel = app.add_option_group("Parallelism (run as mpirun -np DP*TP*PP train ...)");
+  parallel
+      ->add_option("--dp", o.dp,
+                   "Data-parallel replicas: each trains on its share of every batch (global batch = "
+                   "dp x batch x grad-accum); rank 0 writes the run directory")
+      ->check(CLI::PositiveNumber);
+  parallel
+      ->add_option("--tp", o.tp,
+                   "Tensor-parallel ranks per replica: each linear layer's weight split over them "
+                   "(--model mlp or gpt)")
+      ->check(CLI::PositiveNumber);
+  parallel
+      ->add_option("--pp", o.pp,
+                   "Pipeline stages per replica: the layers cut into pp stages (--model mlp or gpt)")
+      ->check(CLI::PositiveNumber);
+  parallel
+      ->add_option("--microbatches", o.microbatches,
+                   "--pp: micro-batches each batch is cut into (must divide --batch)")
+      ->check(CLI::PositiveNumber);
+  parallel
+      ->add_option("--pipeline-schedule", o.pipeline_schedule,
+                   "--pp: gpipe or 1f1b (named so because --schedule is the LR schedule)")
+      ->check(CLI::IsMember({"gpipe", "1f1b"}));
+  parallel
+      ->add_option("--zero", o.zero,
+                   "ZeRO stage over the data-parallel ranks: 1 shards the optimizer state, 2 also the "
+                   "gradients (0: off)")
+      ->check(CLI::Range(0, 2));
+  parallel
+      ->add_option("--collective-timeout", o.collective_timeout,
+                   "Seconds a collective may wait for the other ranks before the job fails")
+      ->check(CLI::PositiveNumber);
 
   // The config file's values go first so that the command line's come last and win.
   std::vector<std::string> args;
@@ -228,9 +243,6 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
   } catch (const CLI::ParseError& e) {
     fail(std::string(e.what()) + " (see train --help)");
   }
-  for (const NotYet& n : kNotYet)
-    if (app.get_option(n.flag)->count() > 0)
-      fail(std::string(n.flag) + ": not available yet: lands with " + n.issue);
   if (resume_dir && o.out.empty()) o.out = *resume_dir;
   if (resume_dir && o.out != *resume_dir)
     fail("--resume " + *resume_dir + " with --out " + o.out +
@@ -253,6 +265,82 @@ void validate(const TrainOptions& o) {
     fail("--d-model " + std::to_string(o.d_model) + " is not divisible by --heads " +
          std::to_string(o.heads));
   if (o.schedule == "cosine" && o.warmup < 0) fail("--warmup must be >= 0");
+  validate_parallelism(o);
+}
+
+void validate_parallelism(const TrainOptions& o) {
+  const std::string tp = std::to_string(o.tp), pp = std::to_string(o.pp);
+  if (o.dp < 1 || o.tp < 1 || o.pp < 1 || o.microbatches < 1)
+    fail("--dp, --tp, --pp and --microbatches must be at least 1");
+  if (o.zero < 0 || o.zero > 2) fail("--zero " + std::to_string(o.zero) + ": the ZeRO stages are 0, 1 and 2");
+  if (o.pipeline_schedule != "gpipe" && o.pipeline_schedule != "1f1b")
+    fail("--pipeline-schedule " + o.pipeline_schedule + ": expected gpipe or 1f1b");
+  if (o.collective_timeout <= 0) fail("--collective-timeout must be a positive number of seconds");
+  if (o.tp > 1 && o.model != "mlp" && o.model != "gpt")
+    fail("--tp " + tp + ": --model " + o.model +
+         " has no tensor-parallel form (--tp works with --model mlp and gpt); use --dp to spread it");
+  if (o.pp > 1 && o.model != "mlp" && o.model != "gpt")
+    fail("--pp " + pp + ": --model " + o.model +
+         " has no pipeline form (--pp works with --model mlp and gpt); use --dp to spread it");
+  if (o.model == "gpt" && o.pp > 1 && o.tp > 1)
+    fail("--tp " + tp + " with --pp " + pp +
+         ": a gpt is split either by tensor or by pipeline parallelism, not both (the mlp takes both); "
+         "drop one, or add --dp");
+  if (o.model == "gpt" && o.pp > o.layers + 2)
+    fail("--pp " + pp + ": the gpt has " + std::to_string(o.layers + 2) +
+         " pipeline layers (the embedding, --layers " + std::to_string(o.layers) +
+         " blocks, the head), so at most --pp " + std::to_string(o.layers + 2) +
+         "; add --layers or lower --pp");
+  if (o.microbatches > 1 && o.pp == 1)
+    fail("--microbatches " + std::to_string(o.microbatches) +
+         " needs --pp 2 or more (it feeds the pipeline stages); to accumulate gradients use --grad-accum");
+  if (o.batch % o.microbatches != 0)
+    fail("--microbatches " + std::to_string(o.microbatches) + " does not divide --batch " +
+         std::to_string(o.batch) + ": every micro-batch must be as large; pick a divisor of " +
+         std::to_string(o.batch));
+  if (o.model == "mlp" && (o.tp > 1 || o.pp > 1)) {
+    const std::vector<int64_t> hidden = parse_hidden(o.hidden);
+    const auto linears = static_cast<int64_t>(hidden.size()) + 1;
+    if (o.pp > linears)
+      fail("--pp " + pp + ": the mlp has " + std::to_string(linears) + " linear layers (--hidden " +
+           o.hidden + "), so at most --pp " + std::to_string(linears) + "; add hidden layers or lower --pp");
+    for (int64_t h : hidden)
+      if (h % o.tp != 0)
+        fail("--tp " + tp + " does not divide the hidden layer size " + std::to_string(h) + " (--hidden " +
+             o.hidden + "): each tensor-parallel rank holds an equal share of every layer's units");
+  }
+  if (o.model == "gpt" && o.tp > 1) {
+    if (o.heads % o.tp != 0)
+      fail("--tp " + tp + " does not divide --heads " + std::to_string(o.heads) +
+           ": each tensor-parallel rank computes whole heads; pick a --tp that divides it");
+    if (4 * o.d_model % o.tp != 0)
+      fail("--tp " + tp + " does not divide the MLP width 4 x --d-model = " + std::to_string(4 * o.d_model));
+  }
+  if (o.dropout > 0 && o.model != "gpt")
+    fail("--dropout: only --model gpt has dropout layers (the " + o.model + " has none)");
+  if (o.tp > 1 || o.pp > 1) {
+    const std::string flags = o.pp > 1 ? (o.tp > 1 ? "--tp/--pp" : "--pp") : "--tp";
+    if (o.dropout > 0)
+      fail("--dropout with " + flags +
+           ": the tensor- and pipeline-parallel GPTs have no dropout layers; use --dp only, or --dropout 0");
+    if (o.amp != "none")
+      fail("--amp " + o.amp + " with " + flags +
+           ": mixed precision is supported with --dp only (pipeline stages exchange float32, and fp16's "
+           "overflow check would have to span the model's shards); use --amp none");
+    if (!o.teacher.empty())
+      fail("--teacher with " + flags + ": distillation is supported with --dp only; drop --teacher or " +
+           flags);
+  }
+  if (o.zero > 0) {
+    const std::string zero = "--zero " + std::to_string(o.zero);
+    if (o.dp < 2) fail(zero + " shards the optimizer over the data-parallel ranks: it needs --dp 2 or more");
+    if (o.clip > 0)
+      fail(zero +
+           " with --clip: ZeRO averages the gradients inside its step, after clipping would need "
+           "them; drop --clip or use --zero 0");
+    if (o.amp == "fp16")
+      fail(zero + " with --amp fp16: loss scaling needs the whole optimizer; use --amp bf16 or --zero 0");
+  }
 }
 
 nlohmann::json to_json(const TrainOptions& o) {
@@ -282,11 +370,21 @@ nlohmann::json to_json(const TrainOptions& o) {
   j["out"] = o.out;
   j["log-every"] = o.log_every;
   j["checkpoint-every"] = o.checkpoint_every;
+  if (o.checkpoint_async) j["checkpoint-async"] = true;
+  if (o.dropout != 0) j["dropout"] = o.dropout;
   j["threads"] = o.threads;
   j["trace"] = o.trace;
   // Written only when set, so that the config.json of a single-process run keeps the keys it had
   // before --dp existed (a run directory from then still counts as "a run of the same config").
   if (o.dp != 1) j["dp"] = o.dp;
+  if (o.tp != 1) j["tp"] = o.tp;
+  if (o.pp != 1) {
+    j["pp"] = o.pp;
+    j["microbatches"] = o.microbatches;
+    j["pipeline-schedule"] = o.pipeline_schedule;
+  }
+  if (o.zero != 0) j["zero"] = o.zero;
+  if (o.collective_timeout != 300) j["collective-timeout"] = o.collective_timeout;
   if (o.train_examples != 0) j["train-examples"] = o.train_examples;
   if (!o.teacher.empty()) {
     j["teacher"] = o.teacher;

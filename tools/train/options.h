@@ -24,9 +24,10 @@ struct TrainOptions {
   int64_t heads = 4;               // gpt
   int64_t d_model = 128;           // gpt
   int64_t context = 64;            // gpt: tokens per training window
+  double dropout = 0.0;            // gpt: after the embeddings and inside every block
   // Data.
-  std::string data;  // TRAIN.h5
-  std::string val;   // VAL.h5 (optional)
+  std::string data;            // TRAIN.h5
+  std::string val;             // VAL.h5 (optional)
   int64_t train_examples = 0;  // train on the first N examples of --data only; 0: all
   int workers = 2;
   // Optimisation.
@@ -50,6 +51,7 @@ struct TrainOptions {
   bool force = false;
   int64_t log_every = 50;
   int64_t checkpoint_every = 0;  // steps; 0: only at the end
+  bool checkpoint_async = false;  // write checkpoints on a background thread (nn::AsyncCheckpointer)
   int threads = 0;               // 0: every core
   std::string trace;
   // Sampling from a GPT checkpoint.
@@ -57,15 +59,18 @@ struct TrainOptions {
   std::string prompt = "\n";
   int64_t tokens = 200;
   double temperature = 1.0;
-  // Data parallelism: ranks of the `mpirun -np N` job (trainer.h).
-  int64_t dp = 1;
+  // Parallelism (parallelism.h): the `mpirun -np N` job is a dp x tp x pp mesh of N ranks.
+  int64_t dp = 1;                          // data-parallel replicas
+  int64_t tp = 1;                          // tensor-parallel ranks per replica (mlp, gpt)
+  int64_t pp = 1;                          // pipeline stages per replica (mlp, gpt)
+  int64_t microbatches = 1;                // --pp: micro-batches each loader batch is cut into
+  std::string pipeline_schedule = "1f1b";  // --pp: gpipe | 1f1b
+  int64_t zero = 0;                        // ZeRO stage over the data-parallel ranks: 0, 1, 2
+  double collective_timeout = 300;         // seconds before a stuck collective fails the job
   // Knowledge distillation from a trained model file (quant/distill.h).
   std::string teacher;
   double kd_temperature = 4.0;
   double kd_alpha = 0.9;
-  // Not available yet (each comes with a later issue).
-  int64_t tp = 1, pp = 1, microbatches = 1, zero = 0;
-  std::string pipeline_schedule;
 };
 
 // What parse_options decided.
@@ -76,13 +81,16 @@ struct ParseOutcome {
 };
 
 // Parses argv (argv[0] is the program name). Throws loom::Error with a one-line message for an
-// unknown flag, a bad value, a missing required option, an unreadable or malformed --config
-// file, or a flag that is not available yet.
+// unknown flag, a bad value, a missing required option, or an unreadable or malformed --config
+// file.
 ParseOutcome parse_options(int argc, const char* const* argv);
 
-// Checks values that depend on each other (e.g. --data is required unless --generate) and
-// throws loom::Error naming the problem.
+// Checks values that depend on each other (e.g. --data is required unless --generate, --tp
+// must divide --heads) and throws loom::Error naming the problem and the fix. What depends on
+// the data (classes, vocabulary) or the job (world size) is checked when the run starts.
 void validate(const TrainOptions& options);
+// The part of validate() about --dp, --tp, --pp, --microbatches and --zero.
+void validate_parallelism(const TrainOptions& options);
 
 // The resolved options as config.json holds them, and back (unknown keys throw).
 nlohmann::json to_json(const TrainOptions& options);

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iomanip>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -24,15 +25,13 @@
 #include "data/data.h"
 #include "nn/nn.h"
 #include "nn/training_state.h"
-#include "quant/distill.h"
 #include "ops/ops.h"
+#include "quant/distill.h"
+#include "tools/train/parallelism.h"
+#include "tools/train/fault_injection.h"
 #include "tools/train/report.h"
+#include "tools/train/stop_signal.h"
 #include "tools/train/trace.h"
-
-#if LOOM_TRAIN_WITH_MPI
-#include "distributed/ddp.h"
-#include "distributed/process_group.h"
-#endif
 
 namespace loom::train {
 namespace {
@@ -46,98 +45,7 @@ using Clock = std::chrono::steady_clock;
 }
 
 // ---------------------------------------------------------------------------------------------
-// The data-parallel job
-
-// The job this process is one rank of: `mpirun -np N train ... --dp N`, or a single process
-// (rank 0 of 1) without --dp, which never touches MPI. Collectives on a single process are
-// no-ops, so the training loop calls them unconditionally.
-class Job {
- public:
-  explicit Job(int64_t dp) {
-    if (dp == 1) return;
-#if LOOM_TRAIN_WITH_MPI
-    group_ = distributed::init_process_group(distributed::Backend::Mpi);
-    if (group_->size() != dp)
-      fail("--dp " + std::to_string(dp) + " needs mpirun -np " + std::to_string(dp) + " (world size is " +
-           std::to_string(group_->size()) + ")");
-    rank_ = group_->rank();
-    size_ = group_->size();
-#else
-    fail("--dp " + std::to_string(dp) + ": this train was built without MPI (install Open MPI and reconfigure)");
-#endif
-  }
-
-  int rank() const { return rank_; }
-  int size() const { return size_; }
-  // Rank 0 alone writes the run directory and prints progress.
-  bool main() const { return rank_ == 0; }
-
-  // Every rank waits here until all ranks arrived.
-  void barrier() {
-#if LOOM_TRAIN_WITH_MPI
-    if (group_) group_->barrier();
-#endif
-  }
-
-  // Element-wise sum (Sum) or maximum (Max) of `values` over the ranks, in place.
-  void sum(std::vector<double>& values) { reduce(values, false); }
-  void max(std::vector<double>& values) { reduce(values, true); }
-
-  // True when `ok` is true on every rank: a step that only rank 0 does (preparing the run
-  // directory) tells the others whether to go on, instead of leaving them in the next collective.
-  bool all_ok(bool ok) {
-    std::vector<double> failed{ok ? 0.0 : 1.0};
-    max(failed);
-    return failed[0] == 0.0;
-  }
-
-  // The model every rank trains: `model` itself, or wrapped in DistributedDataParallel, which
-  // broadcasts rank 0's parameters (collective) and averages the gradients in backward.
-  std::shared_ptr<nn::Module> wrap(std::shared_ptr<nn::Module> model) {
-#if LOOM_TRAIN_WITH_MPI
-    if (group_) {
-      ddp_ = std::make_shared<distributed::DistributedDataParallel>(model, group_);
-      return ddp_;
-    }
-#endif
-    return model;
-  }
-
-  // loss.backward(); with `sync` false (a micro-batch before the step's last), inside DDP's
-  // no_sync(): the gradients accumulate locally and the last micro-batch's backward all-reduces
-  // the sum once, instead of once per micro-batch.
-  void backward(const Tensor& loss, bool sync) {
-#if LOOM_TRAIN_WITH_MPI
-    if (ddp_ && !sync) {
-      auto guard = ddp_->no_sync();
-      loss.backward();
-      return;
-    }
-#endif
-    (void)sync;
-    loss.backward();
-  }
-
- private:
-  void reduce(std::vector<double>& values, bool max) {
-#if LOOM_TRAIN_WITH_MPI
-    if (!group_ || values.empty()) return;
-    Tensor t = tensor(values, {static_cast<int64_t>(values.size())});
-    group_->all_reduce(t, max ? distributed::ReduceOp::Max : distributed::ReduceOp::Sum);
-    const double* p = t.data_ptr<double>();
-    values.assign(p, p + values.size());
-#else
-    (void)values;
-    (void)max;
-#endif
-  }
-
-  int rank_ = 0, size_ = 1;
-#if LOOM_TRAIN_WITH_MPI
-  std::shared_ptr<distributed::ProcessGroup> group_;
-  std::shared_ptr<distributed::DistributedDataParallel> ddp_;
-#endif
-};
+// Validation shards
 
 // Rank r of N evaluates examples r, r + N, r + 2N, ...: each example exactly once over the job
 // (DistributedSampler pads the shards to equal length, which would count some examples twice).
@@ -248,7 +156,8 @@ std::shared_ptr<nn::Module> make_model(const TrainOptions& o, const Data& d) {
                                                    .context = o.context,
                                                    .n_layers = o.layers,
                                                    .n_heads = o.heads,
-                                                   .d_model = o.d_model});
+                                                   .d_model = o.d_model,
+                                                   .dropout = o.dropout});
   }
   if (o.model == "mlp") {
     std::vector<int64_t> sizes{d.channels * d.height * d.width};
@@ -269,7 +178,8 @@ std::shared_ptr<nn::Module> make_model(const TrainOptions& o, const Data& d) {
 // The --teacher model file (model.safetensors of an earlier run), checked against the data: it
 // must predict the same classes (or tokens) as the student, from the same inputs.
 std::shared_ptr<nn::Module> load_teacher(const TrainOptions& o, const Data& d) {
-  if (!fs::exists(o.teacher)) fail("--teacher " + o.teacher + ": no such file (give a run's model.safetensors)");
+  if (!fs::exists(o.teacher))
+    fail("--teacher " + o.teacher + ": no such file (give a run's model.safetensors)");
   nn::LoadedModel teacher;
   try {
     teacher = nn::load_model(o.teacher);
@@ -297,22 +207,24 @@ std::shared_ptr<nn::Module> load_teacher(const TrainOptions& o, const Data& d) {
   const int64_t classes = d.tokens ? d.vocab : d.classes;
   if (out.size(-1) != classes) {
     std::ostringstream message;
-    message << "--teacher " << o.teacher << " outputs " << out.sizes() << " for one example, but the " << o.model
-            << " student predicts " << classes << (d.tokens ? " tokens" : " classes");
+    message << "--teacher " << o.teacher << " outputs " << out.sizes() << " for one example, but the "
+            << o.model << " student predicts " << classes << (d.tokens ? " tokens" : " classes");
     fail(message.str());
   }
   return teacher.model;
 }
 
-std::unique_ptr<nn::Optimizer> make_optimizer(const TrainOptions& o, nn::Module& model) {
+// Every optimizer here acts element by element, so one over a ZeRO shard's slices of the
+// parameters computes what one over the whole parameters would.
+std::unique_ptr<nn::Optimizer> make_optimizer(const TrainOptions& o, std::vector<Tensor> params) {
   if (o.optimizer == "sgd")
     return std::make_unique<nn::SGD>(
-        model.parameters(),
+        std::move(params),
         nn::SGDOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
   if (o.optimizer == "adam")
-    return std::make_unique<nn::Adam>(model.parameters(),
+    return std::make_unique<nn::Adam>(std::move(params),
                                       nn::AdamOptions{.lr = o.lr, .weight_decay = o.weight_decay});
-  return std::make_unique<nn::AdamW>(model.parameters(),
+  return std::make_unique<nn::AdamW>(std::move(params),
                                      nn::AdamWOptions{.lr = o.lr, .weight_decay = o.weight_decay});
 }
 
@@ -336,7 +248,8 @@ const char* const kMetricsFile = "metrics.jsonl";
 // Options that do not change what is trained: a directory holding a run that differs only in
 // these is "a run of the same config".
 json comparable(json config) {
-  for (const char* key : {"out", "workers", "log-every", "checkpoint-every", "threads", "trace", "epochs"})
+  for (const char* key : {"out", "workers", "log-every", "checkpoint-every", "checkpoint-async", "threads", "trace",
+                          "epochs", "collective-timeout"})
     config.erase(key);
   return config;
 }
@@ -357,7 +270,9 @@ void prepare_fresh_dir(const TrainOptions& o) {
   if (!fs::exists(dir) || fs::is_empty(dir)) {
     std::error_code ec;
     fs::create_directories(dir, ec);
-    if (ec) fail("--out " + o.out + ": cannot create the run directory (" + ec.message() + "); check the path and its permissions");
+    if (ec)
+      fail("--out " + o.out + ": cannot create the run directory (" + ec.message() +
+           "); check the path and its permissions");
     return;
   }
   if (!o.force) {
@@ -372,6 +287,21 @@ void prepare_fresh_dir(const TrainOptions& o) {
            " to continue it, or --force to replace it");
   }
   clear_run_files(dir);
+}
+
+// "1.5 MiB"
+std::string format_bytes(int64_t bytes) {
+  char buf[32];
+  if (bytes >= int64_t{1} << 20)
+    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(bytes) / (1 << 10));
+  return buf;
+}
+
+// --pp's per-rank pipeline trace goes next to the --trace file (whose events are rank 0's).
+fs::path pipeline_trace_path(const std::string& trace) {
+  return trace + ".pipeline.json";
 }
 
 void write_text_atomically(const fs::path& path, const std::string& text) {
@@ -427,48 +357,14 @@ std::string format_rate(double rate) {
 // ---------------------------------------------------------------------------------------------
 // Evaluation
 
-// Sums over the examples one rank evaluated; the job's are their sums over the ranks.
-struct Eval {
-  double loss_sum = 0, correct = 0, count = 0;
-  double loss() const { return loss_sum / count; }
-  double accuracy() const { return correct / count; }
-};
-
 // --teacher: the knowledge-distillation loss (quant/distill.h) between the student's output and
 // the teacher's, over every prediction ([N, C], or [B, T, V] flattened to [B*T, V]).
 Tensor distillation_loss_of(const Tensor& output, const Tensor& teacher_output, const Tensor& target,
                             const TrainOptions& o) {
   const int64_t classes = output.size(-1);
-  return quant::distillation_loss(output.reshape({-1, classes}), teacher_output.reshape({-1, classes}),
-                                  target.reshape({-1}),
-                                  quant::DistillationOptions{.temperature = o.kd_temperature, .alpha = o.kd_alpha});
-}
-
-Tensor loss_of(const Tensor& output, const Tensor& target, bool tokens) {
-  if (!tokens) return nn::functional::cross_entropy(output, target);
-  int64_t vocab = output.size(-1);
-  return nn::functional::cross_entropy(output.reshape({-1, vocab}), target.reshape({-1}));
-}
-
-Eval evaluate(nn::Module& model, data::DataLoader& loader, bool tokens, std::optional<DType> amp) {
-  model.eval();
-  NoGradGuard no_grad;
-  double loss_sum = 0;
-  int64_t correct = 0, count = 0;
-  for (data::Batch& batch : loader) {
-    Tensor output;
-    {
-      AutocastGuard autocast(DeviceType::CPU, amp, amp.has_value());
-      output = model(batch.data);
-    }
-    int64_t n = batch.target.numel();  // predictions in the batch (tokens for a language model)
-    loss_sum +=
-        loss_of(output.to(DType::Float32), batch.target, tokens).item<double>() * static_cast<double>(n);
-    correct += output.argmax(-1).eq(batch.target).sum().item<int64_t>();
-    count += n;
-  }
-  model.train();
-  return {loss_sum, static_cast<double>(correct), static_cast<double>(count)};
+  return quant::distillation_loss(
+      output.reshape({-1, classes}), teacher_output.reshape({-1, classes}), target.reshape({-1}),
+      quant::DistillationOptions{.temperature = o.kd_temperature, .alpha = o.kd_alpha});
 }
 
 }  // namespace
@@ -480,14 +376,15 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool us
   bool in_setup = true;
   try {
     validate(o);
-    Job job(o.dp);
+    Parallelism job(o);
+    StopSignals stop_signals;
     // Ranks other than 0 print nothing (their errors still reach main).
     std::ostream silent(nullptr);
     std::ostream& out = job.main() ? user_out : silent;
     const bool interactive = job.main() && user_interactive;
     const bool resuming = !o.resume.empty();
-    std::unique_ptr<Trace> trace = o.trace.empty() || !job.main() ? std::make_unique<Trace>()
-                                                                   : std::make_unique<Trace>(o.trace);
+    std::unique_ptr<Trace> trace =
+        o.trace.empty() || !job.main() ? std::make_unique<Trace>() : std::make_unique<Trace>(o.trace);
     if (o.threads > 0) set_num_threads(o.threads);
 
     trace->begin("setup");
@@ -498,13 +395,24 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool us
              std::to_string(d.train->size()) + " training examples");
       d.train = std::make_shared<data::Subset>(d.train, o.train_examples);
     }
-    // With --dp N, rank r reads every N-th example of the epoch's permutation (the same on every
-    // rank: same seed), from r on. Batch k of all ranks together is then positions
-    // [k·N·b, (k+1)·N·b) of that permutation: the batch of one process with --batch N·b.
+    // With --dp N, replica r reads every N-th example of the epoch's permutation (the same on
+    // every rank: same seed), from r on. Batch k of all replicas together is then positions
+    // [k·N·b, (k+1)·N·b) of that permutation: the batch of one process with --batch N·b. The
+    // tensor and pipeline ranks of a replica read the same batch.
     std::shared_ptr<const data::Sampler> sampler;
-    if (job.size() > 1)
+    if (job.data_size() > 1)
       sampler = std::make_shared<data::DistributedSampler>(
-          d.train->size(), job.size(), job.rank(), data::DistributedSamplerOptions{.shuffle = true, .seed = o.seed});
+          d.train->size(), job.data_size(), job.data_rank(),
+          data::DistributedSamplerOptions{.shuffle = true, .seed = o.seed});
+    if (o.pp > 1) {
+      // The pipeline cuts every batch into --microbatches equal parts, the epoch's last too.
+      const int64_t per_replica = sampler ? sampler->size() : d.train->size(), tail = per_replica % o.batch;
+      if (tail % o.microbatches != 0)
+        fail("--microbatches " + std::to_string(o.microbatches) +
+             " does not divide the epoch's last batch of " + std::to_string(tail) + " examples (" +
+             std::to_string(per_replica) + " per replica, --batch " + std::to_string(o.batch) +
+             "); choose --train-examples or --batch so that it does");
+    }
     data::DataLoader loader(d.train,
                             data::DataLoaderOptions()
                                 .batch_size(o.batch)
@@ -517,14 +425,19 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool us
       val_loader = std::make_unique<data::DataLoader>(
           d.val, data::DataLoaderOptions().batch_size(std::max<int64_t>(o.batch, 256)).workers(o.workers),
           d.val_transform,
-          job.size() > 1 ? std::make_shared<ShardSampler>(d.val->size(), job.size(), job.rank()) : nullptr);
+          job.data_size() > 1
+              ? std::make_shared<ShardSampler>(d.val->size(), job.data_size(), job.data_rank())
+              : nullptr);
 
     manual_seed(o.seed);
+    // The whole model on every rank (the same draw everywhere), of which this rank keeps its piece:
+    // all of it without --tp/--pp. Checkpoints hold the piece; model.safetensors the whole.
     std::shared_ptr<nn::Module> model = make_model(o, d);
-    // What forward runs through: the model, or its DDP wrapper. Checkpoints and validation use
-    // the model itself, so that a checkpoint's keys do not depend on --dp.
-    std::shared_ptr<nn::Module> trained = job.wrap(model);
-    std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(o, *model);
+    job.build(model);
+    // What the plain path's forward runs through: the model, or its DDP wrapper.
+    nn::Module* trained = &job.trained();
+    job.make_optimizer([&o](std::vector<Tensor> params) { return make_optimizer(o, std::move(params)); });
+    nn::Optimizer* optimizer = &job.optimizer();
     std::optional<quant::Teacher> teacher;
     if (!o.teacher.empty()) teacher.emplace(load_teacher(o, d));
     // An optimizer step takes --grad-accum batches; an epoch's last step may take fewer.
@@ -538,7 +451,14 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool us
     // float16's 5 exponent bits underflow small gradients; bfloat16 has float32's range.
     nn::GradScaler scaler(nn::GradScalerOptions{.enabled = o.amp == "fp16"});
 
-    nn::CheckpointManager checkpoints(o.out);
+    nn::CheckpointManager checkpoints(o.out, 3, job.checkpoint_group());
+    // --checkpoint-async: the same checkpoints, written by a background thread (committed at a
+    // later step boundary, see nn/serialize/async_checkpoint.h).
+    std::optional<nn::AsyncCheckpointer> async_checkpoints;
+    if (o.checkpoint_async) async_checkpoints.emplace(checkpoints);
+    // LOOM_FAULT_INJECT (tests/tools/kill_resume_test.sh): a rank that kills itself on cue.
+    const std::optional<InjectedFault> fault = injected_fault_from_env();
+    const json mesh{{"dp", o.dp}, {"tp", o.tp}, {"pp", o.pp}, {"zero", o.zero}};
     int64_t step = 0;
     double time_offset = 0;  // training seconds of the run before it was resumed
     if (resuming) {
@@ -546,22 +466,25 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool us
       if (!latest) fail("--resume " + o.resume + ": no checkpoint there to resume from");
       if (!latest->note.empty()) out << "train: " << latest->note << "\n";
       const auto& s = latest->sections;
-      model->load_state_dict(s.at("model"));
+      json meta = json::parse(latest->metadata, nullptr, false);
+      // A checkpoint holds each rank's piece: it fits only the same cut of the model.
+      if (!meta.is_discarded() && meta.contains("mesh") && meta["mesh"] != mesh)
+        fail("--resume " + o.resume + ": the checkpoint was written by a job of " + meta["mesh"].dump() +
+             ", this one is " + mesh.dump() + "; resume with the same --dp, --tp, --pp and --zero");
+      job.local().load_state_dict(s.at("model"));
       optimizer->load_state_dict(s.at("optimizer"));
       if (schedule) schedule->load_state_dict(s.at("schedule"));
       if (s.count("scaler")) scaler.load_state_dict(s.at("scaler"));
       nn::load_rng_state_dict(s.at("rng"));
       loader.load_state(data::LoaderState::from_map(nn::counters_from_state_dict(s.at("loader"))));
       step = latest->step;
-      json meta = json::parse(latest->metadata, nullptr, false);
       if (!meta.is_discarded()) time_offset = meta.value("time_s", 0.0);
-      // Every rank loaded the same checkpoint, so every rank's loader is at the same batch (each
-      // shard has the same number of batches). Checked, since ranks that disagreed would
-      // wait for each other in different steps.
-      std::vector<double> position{static_cast<double>(loader.state().epoch),
-                                   static_cast<double>(loader.state().batch),
-                                   -static_cast<double>(loader.state().epoch),
-                                   -static_cast<double>(loader.state().batch)};
+      // Every rank loaded its part of the same checkpoint, so every rank's loader is at the same
+      // batch (each shard has the same number of batches). Checked, since ranks that disagreed
+      // would wait for each other in different steps.
+      std::vector<double> position{
+          static_cast<double>(loader.state().epoch), static_cast<double>(loader.state().batch),
+          -static_cast<double>(loader.state().epoch), -static_cast<double>(loader.state().batch)};
       std::vector<double> highest = position;
       job.max(highest);
       if (highest != position)
@@ -594,28 +517,37 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool us
     TrainSummary summary;
 
     int64_t saved_step = -1;  // the step of the checkpoint this session saved last
+    // Every rank saves its own state (its piece of the model, its optimizer or ZeRO shard, its
+    // generator and loader position) into one checkpoint, committed by rank 0 once all are on
+    // disk: save() returns on every rank only then, so no rank trains on (or exits, or is
+    // killed) while it is written, and --resume restarts all of them from the same step.
     auto save = [&] {
       saved_step = step;
-      if (!job.main()) {
-        // Wait until rank 0's checkpoint is complete on disk: no rank trains on (or exits, or
-        // is killed) while it is written, so the job's latest checkpoint is the state every
-        // rank was in, and --resume restarts all of them from it.
-        job.barrier();
-        return;
-      }
       trace->begin("checkpoint");
       std::map<std::string, nn::StateDict> sections{
-          {"model", model->state_dict()},
+          {"model", job.local().state_dict()},
           {"optimizer", optimizer->state_dict()},
           {"rng", nn::rng_state_dict()},
           {"loader", nn::counters_to_state_dict(loader.state().to_map())}};
       if (schedule) sections.emplace("schedule", schedule->state_dict());
       if (o.amp == "fp16") sections.emplace("scaler", scaler.state_dict());
-      json meta{
-          {"step", step}, {"epoch", loader.state().epoch}, {"time_s", elapsed()}, {"options", to_json(o)}};
-      summary.checkpoint = checkpoints.save(step, sections, meta.dump());
-      job.barrier();  // the other ranks wait here for the checkpoint (above)
+      json meta{{"step", step},
+                {"epoch", loader.state().epoch},
+                {"time_s", elapsed()},
+                {"mesh", mesh},
+                {"options", to_json(o)}};
+      if (async_checkpoints)
+        async_checkpoints->save(step, sections, meta.dump());  // the snapshot; the files follow
+      else
+        summary.checkpoint = checkpoints.save(step, sections, meta.dump());
       trace->end();
+    };
+    // A background save is committed at the first step boundary after every rank wrote its part
+    // (one agreement per step while it is pending), and finished before the run ends.
+    auto commit_finished_checkpoint = [&](bool wait) {
+      if (!async_checkpoints) return;
+      if (auto committed = wait ? async_checkpoints->wait() : async_checkpoints->poll())
+        summary.checkpoint = *committed;
     };
 
     const std::string unit = d.tokens ? "tokens/s" : "samples/s";
@@ -623,8 +555,7 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool us
     out << "train: " << o.model << ", " << model->num_parameters() << " parameters, " << d.train->size()
         << " training examples, " << steps_per_epoch << " steps per epoch";
     if (job.size() > 1)
-      out << ", data parallel over " << job.size() << " ranks (global batch " << job.size() * o.batch * o.grad_accum
-          << ")";
+      out << ", " << job.describe() << " (global batch " << job.data_size() * o.batch * o.grad_accum << ")";
     out << "\n";
     out.flush();
 
@@ -632,7 +563,7 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool us
     int64_t items_since = 0, steps_since = 0;
     double loss_since = 0;
     auto last_log = Clock::now(), last_redraw = Clock::now() - std::chrono::seconds(1);
-    bool stopped = false;
+    bool stopped = false, signalled = false;
     in_setup = false;
     while (loader.state().epoch < o.epochs && !stopped) {
       const int64_t epoch = loader.state().epoch;
@@ -644,35 +575,41 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool us
       for (data::Batch& batch : loader) {
         const int64_t group_start = batch.index - in_group;
         const int64_t group_size = std::min(o.grad_accum, batches_per_epoch - group_start);
-        Tensor loss;
-        {
-          Trace::Scope scope(*trace, "forward");
-          AutocastGuard autocast(DeviceType::CPU, amp, amp.has_value());
-          Tensor output = (*trained)(batch.data);
-          loss = teacher ? distillation_loss_of(output, (*teacher)(batch.data), batch.target, o)
-                         : loss_of(output, batch.target, d.tokens);
+        // The mean over the step's examples: each batch's mean loss weighs 1 / group_size.
+        const double weight = 1.0 / static_cast<double>(group_size);
+        double batch_loss = 0;
+        if (job.sharded()) {
+          // Tensor or pipeline parallel: forward and backward run through the job's pieces.
+          Trace::Scope scope(*trace, "forward+backward");
+          batch_loss = job.forward_backward(batch.data, batch.target, weight);
+        } else {
+          Tensor loss;
+          {
+            Trace::Scope scope(*trace, "forward");
+            AutocastGuard autocast(DeviceType::CPU, amp, amp.has_value());
+            Tensor output = (*trained)(batch.data);
+            loss = teacher ? distillation_loss_of(output, (*teacher)(batch.data), batch.target, o)
+                           : loss_of(output, batch.target, d.tokens);
+          }
+          {
+            Trace::Scope scope(*trace, "backward");
+            job.backward(scaler.scale(loss / static_cast<double>(group_size)), in_group + 1 == group_size);
+          }
+          batch_loss = loss.item<double>();
         }
-        {
-          // The mean over the step's examples: each micro-batch's mean loss weighs 1 / group_size.
-          Trace::Scope scope(*trace, "backward");
-          job.backward(scaler.scale(loss / static_cast<double>(group_size)), in_group + 1 == group_size);
-        }
-        group_loss += loss.item<double>() / static_cast<double>(group_size);
-        items_since += batch.size() * items_per_example * job.size();  // every rank's batch is as large
+        group_loss += batch_loss * weight;
+        items_since +=
+            batch.size() * items_per_example * job.data_size();  // every replica's batch is as large
         if (++in_group < group_size) continue;
 
         {
           Trace::Scope scope(*trace, "optimizer");
-          if (o.clip > 0) {
-            scaler.unscale_(*optimizer);  // clip the true gradients, not the scaled ones
-            nn::clip_grad_norm_(model->parameters(), o.clip);
-          }
-          scaler.step(*optimizer);
-          scaler.update();
-          optimizer->zero_grad();
+          job.step(scaler, o.clip);
           if (schedule) schedule->step();
         }
         ++step;
+        maybe_inject_fault(fault, job.rank(), step);
+        commit_finished_checkpoint(false);
         ++steps_since;
         loss_since += group_loss;
         in_group = 0;
@@ -692,8 +629,9 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool us
           double progress = static_cast<double>(batch.index + 1) / static_cast<double>(batches_per_epoch);
           double mean_loss = loss_since / static_cast<double>(steps_since);
           if (step % o.log_every == 0 || last_in_epoch) {
-            // The job's loss: the mean of the ranks' (same-sized) batches. Every rank gets here at
-            // the same steps (the redraw above is rank 0's alone, and uses its own loss).
+            // The job's loss: the mean of the replicas' (same-sized) batches; the ranks of a replica
+            // hold the same loss, so it is the mean over all ranks. Every rank gets here at the
+            // same steps (the redraw above is rank 0's alone, and uses its own loss).
             std::vector<double> total{mean_loss};
             job.sum(total);
             mean_loss = total[0] / job.size();
@@ -748,6 +686,12 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool us
           stopped = true;
           break;
         }
+        // A signal reaches the ranks at different moments: they agree at this step boundary
+        // (one all-reduce), so all of them stop after the same step.
+        if (job.any(stop_signals.requested())) {
+          signalled = stopped = true;
+          break;
+        }
       }
       trace->end();
       if (interactive) out << "\n";
@@ -756,7 +700,7 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool us
         summary.epochs = epoch + 1;
         if (val_loader) {
           Trace::Scope scope(*trace, "validation");
-          Eval local = evaluate(*model, *val_loader, d.tokens, amp);
+          Eval local = job.evaluate(*val_loader, d.tokens, amp);
           // Each rank evaluated its shard: the sums over the ranks are those of the whole set.
           std::vector<double> sums{local.loss_sum, local.correct, local.count};
           job.sum(sums);
@@ -785,17 +729,43 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool us
     // Decided from what every rank knows alike (rank 0's directory listing could race a slow
     // file system): all ranks call save() together, or none does.
     if (saved_step != step) save();
+    commit_finished_checkpoint(true);
     summary.seconds = elapsed();
+    // With --tp/--pp the model file holds the whole model under the single-process names (for
+    // tools/quantize and --teacher): every rank's pieces, assembled (collective).
+    if (job.sharded()) {
+      nn::StateDict whole = job.full_state_dict();
+      if (job.main()) model->load_state_dict(whole);
+    }
+    std::optional<PipelineReport> pipeline = job.pipeline_report();
     if (job.main()) {
       // The trained model on its own, for tools/quantize, a distillation teacher or inference:
       // architecture and input normalisation in the metadata, so the file is all they need.
       std::map<std::string, std::string> model_meta{{nn::kTrainOptionsKey, to_json(o).dump()}};
       if (!d.tokens) model_meta[nn::kInputNormalizationKey] = json{{"mean", d.mean}, {"std", d.std}}.dump();
       nn::save_model(fs::path(o.out) / kModelFile, *model, model_meta);
+      if (pipeline) {
+        const bool measured = pipeline->traced_steps > 0;
+        metrics << json{{"kind", "pipeline"},
+                        {"stages", pipeline->stages},
+                        {"microbatches", pipeline->microbatches},
+                        {"schedule", o.pipeline_schedule},
+                        {"traced_steps", pipeline->traced_steps},
+                        {"measured_bubble", measured ? json(pipeline->measured_bubble) : json(nullptr)},
+                        {"ideal_bubble", pipeline->ideal_bubble},
+                        {"peak_live_microbatches", pipeline->peak_live_microbatches},
+                        {"peak_activation_bytes", pipeline->peak_activation_bytes}}
+                       .dump()
+                << "\n";
+        if (measured) write_text_atomically(pipeline_trace_path(o.trace), job.pipeline_trace_json());
+      }
       metrics.close();
       write_report(o.out);
       if (trace->enabled()) trace->write();
     }
+    // Returns on every rank once rank 0 wrote the run directory's last files: a program that
+    // runs the job (or a test) may read them on any rank.
+    job.barrier();
 
     char line[256], val[96];
     if (summary.val_accuracy)
@@ -804,10 +774,33 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool us
     else
       std::snprintf(val, sizeof val, "%s",
                     o.val.empty() ? ", no --val set" : ", stopped before the first validation");
+    if (pipeline) {
+      char bubble[256];
+      if (pipeline->traced_steps > 0)
+        std::snprintf(bubble, sizeof bubble, "%.1f%% measured over %lld steps (trace %s), ",
+                      100 * pipeline->measured_bubble, static_cast<long long>(pipeline->traced_steps),
+                      pipeline_trace_path(o.trace).string().c_str());
+      else
+        std::snprintf(bubble, sizeof bubble, "not measured (add --trace FILE), ");
+      out << "train: pipeline bubble " << bubble << std::fixed << std::setprecision(1)
+          << 100 * pipeline->ideal_bubble << std::defaultfloat << "% ideal ((p-1)/(m+p-1), p "
+          << pipeline->stages << ", m " << pipeline->microbatches << ")\n";
+      for (int64_t s = 0; s < pipeline->stages; ++s)
+        out << "train: stage " << s << ": peak " << pipeline->peak_live_microbatches[s]
+            << " live micro-batches, " << format_bytes(pipeline->peak_activation_bytes[s])
+            << " of activations\n";
+    }
+    if (signalled) {
+      out << "train: stopped by a signal after step " << step << "; checkpoint "
+          << summary.checkpoint.filename().string() << " saved; continue with: train --resume " << o.out
+          << "\n";
+      return summary;
+    }
     std::snprintf(line, sizeof line, "train: done: %lld steps, %lld/%lld epochs in %s%s\n",
                   static_cast<long long>(step), static_cast<long long>(summary.epochs),
                   static_cast<long long>(o.epochs), format_duration(summary.seconds).c_str(), val);
-    out << line << "train: run directory " << o.out << " (model.safetensors, report.html, metrics.jsonl, checkpoint "
+    out << line << "train: run directory " << o.out
+        << " (model.safetensors, report.html, metrics.jsonl, checkpoint "
         << summary.checkpoint.filename().string() << ")\n";
     return summary;
   } catch (const InputError&) {
@@ -843,10 +836,19 @@ void run_generation(const TrainOptions& options, std::ostream& out) {
                                 .n_layers = o.layers,
                                 .n_heads = o.heads,
                                 .d_model = o.d_model});
-    nn::CheckpointManager checkpoints(dir);
-    std::optional<nn::Checkpoint> latest = checkpoints.load_latest();
-    if (!latest) fail("--generate: " + dir + " holds no checkpoint yet");
-    model.load_state_dict(latest->sections.at("model"));
+    if (config.value("dp", 1) * config.value("tp", 1) * config.value("pp", 1) > 1) {
+      // The checkpoints of a job of several ranks hold one piece per rank; the whole model is in
+      // model.safetensors, written when the run ended.
+      fs::path file = fs::path(dir) / kModelFile;
+      if (!fs::exists(file))
+        fail("--generate: " + dir + " holds no " + kModelFile + " yet (the run has not ended)");
+      model.load_state_dict(nn::load_safetensors(file).tensors);
+    } else {
+      nn::CheckpointManager checkpoints(dir);
+      std::optional<nn::Checkpoint> latest = checkpoints.load_latest();
+      if (!latest) fail("--generate: " + dir + " holds no checkpoint yet");
+      model.load_state_dict(latest->sections.at("model"));
+    }
     model.eval();
 
     // Encode the prompt by the longest vocabulary entry at each position (characters for a

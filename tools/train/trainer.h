@@ -6,7 +6,10 @@
  *   RUN_DIR/config.json      the resolved options (train --config RUN_DIR/config.json repeats it)
  *   RUN_DIR/metrics.jsonl    {"kind":"train",...} every --log-every steps, {"kind":"val",...} per epoch
  *   RUN_DIR/step-XXXXXXXX/   checkpoints (nn::CheckpointManager): model, optimizer, schedule, rng,
- *                            loader (and scaler with fp16), meta.json {step, epoch, time_s, options}
+ *                            loader (and scaler with fp16), meta.json {step, epoch, time_s, mesh,
+ *                            options}; under mpirun one rank-R/ directory per rank, each with
+ *                            that rank's piece of the model and of the optimizer (parallelism.h)
+ *   RUN_DIR/model.safetensors  the whole trained model (assembled from the ranks' pieces)
  *   RUN_DIR/report.html      written at the end (report.h)
  *
  * `--resume RUN_DIR` restores every piece of state from the latest checkpoint, so the resumed
@@ -41,8 +44,10 @@ struct TrainSummary {
 };
 
 // Trains as `options` say, printing progress to `out` (an updating line when `interactive`,
-// plain lines every --log-every steps otherwise). Throws InputError for bad input, found before
-// anything is trained, and loom::Error for failures while training.
+// plain lines every --log-every steps otherwise). Under mpirun every rank calls it (collective);
+// it returns on every rank once the run directory is complete. SIGTERM or SIGINT stops the run
+// at the next step boundary with a checkpoint, and it returns normally. Throws InputError for bad input,
+// found before anything is trained, and loom::Error for failures while training.
 TrainSummary run_training(const TrainOptions& options, std::ostream& out, bool interactive);
 
 // Samples --tokens tokens continuing --prompt from the latest checkpoint of the GPT run in

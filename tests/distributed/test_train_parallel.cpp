@@ -1,0 +1,415 @@
+/*
+ * `train --tp / --pp / --zero` (tools/train/parallelism.h) under mpirun with 2 and 4 ranks,
+ * through run_training on every rank, against one process.
+ *
+ * The reference is one process with dp times the batch (test_train_dp.cpp explains why that is
+ * the same computation as dp replicas). Tensor parallelism splits each layer's matrices and
+ * pipeline parallelism cuts the batch into micro-batches whose gradients accumulate; both
+ * compute the same sums in another order, so every configuration must end with the reference's
+ * parameters (model.safetensors, assembled from the pieces under the single-process names),
+ * its logged losses and its validation loss, up to float32 reassociation.
+ *
+ *   np2: tp 2; pp 2 (GPipe and 1F1B); tp 2 and pp 2 with --clip (the norm over the whole model);
+ *        pp 2 with --grad-accum 2; zero 1 and 2 over dp 2; a GPT with tp 2 and with pp 2.
+ *   np4: dp 2 x tp 2 (also with --clip, and with --grad-accum 2), tp 2 x pp 2, dp 2 x pp 2
+ *        (1F1B); zero 1 and 2 over dp 4, and dp 2 x tp 2 with zero 1; a GPT with tp 4, pp 4,
+ *        and dp 2 x pp 2 (GPipe; the tied embedding on the first and last stages).
+ *   The pipeline runs write their --trace and a {"kind":"pipeline"} metrics line.
+ *   Both: a run stopped mid-epoch and resumed ends bit-identical to one never stopped, for a
+ *   tensor-parallel, a pipeline and a ZeRO-2 configuration; and each combination that cannot
+ *   run is an InputError naming the problem and the fix.
+ */
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "data/data.h"
+#include "nn/nn.h"
+#include "ops/ops.h"
+#include "tests/distributed/mpi_test_util.h"
+#include "tools/train/trainer.h"
+
+using namespace loom;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kExamples = 64;  // a multiple of dp · batch for dp = 1, 2, 4 and batch 8
+constexpr int64_t kBatch = 8;
+
+// A directory every rank names alike (rank 0's pid, broadcast), so that the ranks of one job
+// share it and concurrent jobs (np2 and np4) do not.
+fs::path shared_scratch(const std::string& name) {
+  auto world = test::world();
+  Tensor pid = full({1}, static_cast<double>(::getpid()), DType::Int64);
+  world->broadcast(pid, 0);
+  fs::path dir =
+      fs::temp_directory_path() / ("loom_train_parallel_" + name + "_np" + std::to_string(world->size()) +
+                                   "_" + std::to_string(pid.item<int64_t>()));
+  if (world->rank() == 0) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  world->barrier();  // the directory exists before any rank uses it
+  return dir;
+}
+
+// 64 random 1x8x8 images in `classes` classes, written by rank 0.
+fs::path tiny_images(const fs::path& dir, int64_t classes = 4) {
+  fs::path path = dir / ("images" + std::to_string(classes) + ".h5");
+  if (test::world()->rank() == 0) {
+    Generator g(7);
+    Tensor images = randint(0, 256, {kExamples, 1, 8, 8}, DType::UInt8, &g);
+    Tensor labels = randint(0, classes, {kExamples}, DType::Int64, &g);
+    data::DatasetInfo info;
+    info.name = "tiny";
+    for (int64_t c = 0; c < classes; ++c)
+      info.class_names.push_back(std::string(1, static_cast<char>('a' + c)));
+    data::write_image_dataset(path.string(), images, labels, info, {.chunk_rows = 16});
+  }
+  test::world()->barrier();  // the file is complete before the other ranks open it
+  return path;
+}
+
+// A token stream over a `vocab`-letter alphabet with some structure to learn (runs of letters).
+fs::path tiny_tokens(const fs::path& dir, int64_t vocab) {
+  fs::path path = dir / ("tokens" + std::to_string(vocab) + ".h5");
+  if (test::world()->rank() == 0) {
+    std::vector<int64_t> ids;
+    Generator g(5);
+    Tensor jumps = randint(0, vocab, {520}, DType::Int64, &g);
+    for (int64_t i = 0; i < 520; ++i)
+      ids.push_back((i % 3 == 0 ? jumps.data_ptr<int64_t>()[i] : ids.back() + 1) % vocab);
+    data::DatasetInfo info;
+    info.name = "letters";
+    for (int64_t v = 0; v < vocab; ++v) info.vocab.push_back(std::string(1, static_cast<char>('a' + v)));
+    data::write_token_dataset(path.string(), tensor(ids, {static_cast<int64_t>(ids.size())}), info);
+  }
+  test::world()->barrier();  // the file is complete before the other ranks open it
+  return path;
+}
+
+train::TrainOptions mlp_options(const fs::path& data, const fs::path& out) {
+  train::TrainOptions o;
+  o.model = "mlp";
+  o.hidden = "16,16";  // three linear layers: column, row, column (gathering) with --tp
+  o.data = data.string();
+  o.val = data.string();
+  o.workers = 0;
+  o.epochs = 2;
+  o.batch = kBatch;
+  o.lr = 0.1;
+  o.seed = 3;
+  o.log_every = 1;
+  o.out = out.string();
+  return o;
+}
+
+train::TrainOptions gpt_options(const fs::path& data, const fs::path& out) {
+  train::TrainOptions o;
+  o.model = "gpt";
+  o.layers = 2;  // 4 pipeline layers: embedding, 2 blocks, head
+  o.heads = 4;
+  o.d_model = 16;
+  o.context = 8;
+  o.data = data.string();
+  o.val = data.string();
+  o.workers = 0;
+  o.epochs = 1;
+  o.batch = 4;
+  o.lr = 0.1;  // sgd: Adam's normalisation would magnify the reassociation noise of near-zero gradients
+  o.seed = 4;
+  o.log_every = 1;
+  o.out = out.string();
+  return o;
+}
+
+train::TrainSummary run(const train::TrainOptions& o) {
+  std::ostringstream log;
+  return train::run_training(o, log, /*interactive=*/false);
+}
+
+// The input error a run stops with ("" if it ran).
+std::string input_error(const train::TrainOptions& o) {
+  try {
+    run(o);
+  } catch (const train::InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+nn::StateDict model_file(const fs::path& dir) {
+  return nn::load_safetensors(dir / "model.safetensors").tensors;
+}
+
+// Largest |a - b| - (atol + rtol |b|) over all entries: <= 0 when close. Keys must match.
+double excess(const nn::StateDict& a, const nn::StateDict& b, double rtol, double atol) {
+  if (a.keys() != b.keys()) return 1;
+  double worst = -1;
+  for (const auto& [name, t] : a) {
+    Tensor x = t.to(DType::Float64).contiguous(), y = b.at(name).to(DType::Float64).contiguous();
+    if (x.sizes() != y.sizes()) return 1;
+    const double* p = x.data_ptr<double>();
+    const double* q = y.data_ptr<double>();
+    for (int64_t i = 0; i < x.numel(); ++i)
+      worst = std::max(worst, std::abs(p[i] - q[i]) - (atol + rtol * std::abs(q[i])));
+  }
+  return worst;
+}
+
+bool bitwise_equal(const nn::StateDict& a, const nn::StateDict& b) {
+  if (a.keys() != b.keys()) return false;
+  for (const auto& [name, t] : a) {
+    Tensor tc = t.contiguous(), uc = b.at(name).contiguous();
+    if (tc.sizes() != uc.sizes() || std::memcmp(tc.data_ptr(), uc.data_ptr(), tc.nbytes()) != 0) return false;
+  }
+  return true;
+}
+
+// The "loss" of every {"kind":"train"} line of a run's metrics.jsonl, in order.
+std::vector<double> train_losses(const fs::path& dir) {
+  std::ifstream in(dir / "metrics.jsonl");
+  std::vector<double> losses;
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.value("kind", "") == "train") losses.push_back(j.at("loss").get<double>());
+  }
+  return losses;
+}
+
+// Checks a parallel run against its single-process reference (both finished).
+void check_equal(const fs::path& run_dir, const train::TrainSummary& got, const fs::path& ref_dir,
+                 const train::TrainSummary& ref) {
+  CHECK(got.steps == ref.steps);
+  // float32 sums in another order (split matmuls, all-reduces, micro-batches), over a few steps.
+  CHECK(excess(model_file(run_dir), model_file(ref_dir), 1e-4, 1e-5) <= 0);
+  REQUIRE(got.val_loss.has_value());
+  CHECK(*got.val_loss == doctest::Approx(*ref.val_loss).epsilon(1e-4));
+  CHECK(*got.val_accuracy == doctest::Approx(*ref.val_accuracy).epsilon(1e-9));
+  if (test::world()->rank() == 0) {  // rank 0 alone writes metrics.jsonl
+    std::vector<double> a = train_losses(run_dir), b = train_losses(ref_dir);
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-5));
+  }
+}
+
+struct Mesh {
+  int64_t dp = 1, tp = 1, pp = 1;
+  std::string schedule = "1f1b";
+  int64_t zero = 0;
+  double clip = 0;  // small enough to clip every step: the norm must be the whole model's
+  int64_t grad_accum = 1;
+  std::string name() const {
+    return "dp" + std::to_string(dp) + "_tp" + std::to_string(tp) + "_pp" + std::to_string(pp) + "_" +
+           schedule + "_zero" + std::to_string(zero) + (clip > 0 ? "_clip" : "") + "_accum" +
+           std::to_string(grad_accum);
+  }
+};
+
+train::TrainOptions with_mesh(train::TrainOptions o, const Mesh& m) {
+  o.dp = m.dp;
+  o.tp = m.tp;
+  o.pp = m.pp;
+  o.zero = m.zero;
+  o.clip = m.clip;
+  o.grad_accum = m.grad_accum;
+  if (m.pp > 1) {
+    o.microbatches = 2;
+    o.pipeline_schedule = m.schedule;
+  }
+  return o;
+}
+
+void check_meshes_against_one_process(const std::string& name, const std::vector<Mesh>& meshes) {
+  auto world = test::world();
+  fs::path dir = shared_scratch(name);
+  fs::path data = tiny_images(dir);
+  // One reference per data-parallel degree, clipping and accumulation: this rank alone, dp
+  // times the batch.
+  std::map<std::tuple<int64_t, double, int64_t>, std::pair<fs::path, train::TrainSummary>> refs;
+  for (const Mesh& m : meshes) {
+    const auto key = std::make_tuple(m.dp, m.clip, m.grad_accum);
+    if (refs.count(key)) continue;
+    fs::path out = dir / ("ref-dp" + std::to_string(m.dp) + (m.clip > 0 ? "-clip" : "") + "-accum" +
+                          std::to_string(m.grad_accum) + "-rank" + std::to_string(world->rank()));
+    train::TrainOptions ref = mlp_options(data, out);
+    ref.batch = kBatch * m.dp;
+    ref.clip = m.clip;
+    ref.grad_accum = m.grad_accum;
+    refs[key] = {out, run(ref)};
+  }
+  for (const Mesh& m : meshes) {
+    CAPTURE(m.name());
+    train::TrainOptions o = with_mesh(mlp_options(data, dir / m.name()), m);
+    if (m.pp > 1) o.trace = (dir / (m.name() + ".json")).string();
+    train::TrainSummary got = run(o);
+    CHECK(got.steps == 2 * kExamples / (kBatch * m.dp * m.grad_accum));
+    const auto& [ref_dir, ref] = refs[std::make_tuple(m.dp, m.clip, m.grad_accum)];
+    check_equal(dir / m.name(), got, ref_dir, ref);
+    if (m.pp > 1 && world->rank() == 0) {
+      // --trace with --pp: every stage's micro-batches of the traced steps, and the bubble.
+      CHECK(fs::file_size(o.trace + ".pipeline.json") > 0);
+      std::ifstream in(dir / m.name() / "metrics.jsonl");
+      int64_t lines = 0;
+      for (std::string line; std::getline(in, line);)
+        if (line.find("\"kind\":\"pipeline\"") != std::string::npos) {
+          ++lines;
+          auto j = nlohmann::json::parse(line);
+          CHECK(j.at("traced_steps") == 3);
+          // m = 2: GPipe holds both micro-batches on every stage; 1F1B on stage 0 only, the last
+          // stage runs each backward right after its forward.
+          CHECK(j.at("peak_live_microbatches") ==
+                (m.schedule == "gpipe" ? nlohmann::json{2, 2} : nlohmann::json{2, 1}));
+          CHECK(j.at("peak_activation_bytes").size() == 2);
+          CHECK(j.at("peak_activation_bytes")[0].get<int64_t>() > 0);
+          CHECK(j.at("ideal_bubble").get<double>() == doctest::Approx(1.0 / 3.0));
+        }
+      CHECK(lines == 1);
+    }
+  }
+  world->barrier();  // every rank checked before rank 0 removes the files
+  if (world->rank() == 0) fs::remove_all(dir);
+}
+
+}  // namespace
+
+TEST_CASE("train --tp / --pp on the mlp equals one process") {
+  const int n = test::world()->size();
+  if (n == 2)
+    check_meshes_against_one_process("mlp", {{.tp = 2},
+                                             {.pp = 2, .schedule = "gpipe"},
+                                             {.pp = 2},
+                                             {.tp = 2, .clip = 0.5},
+                                             {.pp = 2, .clip = 0.5},
+                                             {.pp = 2, .grad_accum = 2}});
+  else if (n == 4)
+    check_meshes_against_one_process("mlp", {{.dp = 2, .tp = 2},
+                                             {.tp = 2, .pp = 2},
+                                             {.dp = 2, .pp = 2},
+                                             {.dp = 2, .tp = 2, .clip = 0.5},
+                                             {.dp = 2, .tp = 2, .grad_accum = 2}});
+}
+
+TEST_CASE("train --zero 1 and 2 equal data parallelism with DDP") {
+  const int n = test::world()->size();
+  std::vector<Mesh> meshes{{.dp = n, .zero = 0}, {.dp = n, .zero = 1}, {.dp = n, .zero = 2}};
+  if (n == 4) meshes.push_back({.dp = 2, .tp = 2, .zero = 1});
+  check_meshes_against_one_process("zero", meshes);
+}
+
+TEST_CASE("train --tp / --pp on a GPT equals one process, and model.safetensors holds the whole GPT") {
+  auto world = test::world();
+  const int n = world->size();
+  fs::path dir = shared_scratch("gpt");
+  fs::path data = tiny_tokens(dir, 8);
+  // 64 training blocks: no DistributedSampler padding at dp 2.
+  std::vector<Mesh> meshes{{.tp = n}, {.pp = n}};
+  if (n == 4) meshes.push_back({.dp = 2, .pp = 2, .schedule = "gpipe"});
+  std::map<int64_t, std::pair<fs::path, train::TrainSummary>> refs;  // by dp
+  for (const Mesh& m : meshes) {
+    if (refs.count(m.dp)) continue;
+    fs::path out = dir / ("ref-dp" + std::to_string(m.dp) + "-rank" + std::to_string(world->rank()));
+    train::TrainOptions ref = gpt_options(data, out);
+    ref.batch *= m.dp;
+    refs[m.dp] = {out, run(ref)};
+  }
+  for (const Mesh& m : meshes) {
+    CAPTURE(m.name());
+    train::TrainSummary got = run(with_mesh(gpt_options(data, dir / m.name()), m));
+    check_equal(dir / m.name(), got, refs[m.dp].first, refs[m.dp].second);
+    // The file is a complete single-process GPT: tools/quantize and --teacher load it as one.
+    if (world->rank() == 0) {
+      nn::LoadedModel loaded = nn::load_model(dir / m.name() / "model.safetensors");
+      CHECK(loaded.model->num_parameters() ==
+            nn::load_model(refs[m.dp].first / "model.safetensors").model->num_parameters());
+    }
+  }
+  world->barrier();  // every rank checked before rank 0 removes the files
+  if (world->rank() == 0) fs::remove_all(dir);
+}
+
+TEST_CASE("train --tp / --pp: a run resumed mid-epoch ends bit-identical to one never stopped") {
+  auto world = test::world();
+  const int n = world->size();
+  fs::path dir = shared_scratch("resume");
+  fs::path data = tiny_images(dir);
+  for (Mesh m : {Mesh{.dp = n / 2, .tp = 2}, Mesh{.dp = n / 2, .pp = 2}, Mesh{.dp = n, .zero = 2}}) {
+    CAPTURE(m.name());
+    train::TrainOptions whole = with_mesh(mlp_options(data, dir / ("whole_" + m.name())), m);
+    run(whole);
+    train::TrainOptions first = with_mesh(mlp_options(data, dir / ("stopped_" + m.name())), m);
+    first.max_steps = 3;  // mid-epoch at every dp here (8, 4 or 2 steps per epoch)
+    CHECK(run(first).steps == 3);
+    train::TrainOptions rest = first;
+    rest.max_steps = 0;
+    rest.resume = rest.out;
+    CHECK(run(rest).steps == 2 * kExamples / (kBatch * m.dp));
+    CHECK(bitwise_equal(model_file(dir / ("stopped_" + m.name())), model_file(dir / ("whole_" + m.name()))));
+    // Every rank saved its own piece: one rank-R directory per rank in the checkpoint.
+    const fs::path step_dir =
+        dir / ("whole_" + m.name()) / nn::CheckpointManager::step_dir_name(2 * kExamples / (kBatch * m.dp));
+    CHECK(fs::exists(step_dir / nn::CheckpointManager::rank_dir_name(n - 1)));
+  }
+  world->barrier();  // every rank checked before rank 0 removes the files
+  if (world->rank() == 0) fs::remove_all(dir);
+}
+
+TEST_CASE("train --tp / --pp: combinations that cannot run are input errors naming the fix") {
+  auto world = test::world();
+  const int n = world->size();
+  fs::path dir = shared_scratch("errors");
+  fs::path data = tiny_images(dir);
+
+  train::TrainOptions o = mlp_options(data, dir / "wrong-size");
+  o.dp = 2;
+  o.tp = n;
+  CHECK(input_error(o) == "--dp 2 --tp " + std::to_string(n) + " needs mpirun -np " + std::to_string(2 * n) +
+                              "; this job has " + std::to_string(n) + " ranks");
+
+  // Three classes cannot be split over the tensor ranks of the last (column-parallel) layer.
+  train::TrainOptions classes = mlp_options(tiny_images(dir, 3), dir / "classes");
+  classes.tp = n;
+  std::string message = input_error(classes);
+  CHECK(message.find("--tp " + std::to_string(n) + " does not divide the 3 classes") != std::string::npos);
+  CHECK(message.find("an even number of --hidden layers") != std::string::npos);
+
+  // A vocabulary of 7 tokens cannot be split over 2 or 4 ranks.
+  train::TrainOptions vocab = gpt_options(tiny_tokens(dir, 7), dir / "vocab");
+  vocab.tp = n;
+  CHECK(input_error(vocab).find("does not divide the vocabulary of 7 tokens") != std::string::npos);
+
+  // 64 examples in batches of 12: each replica's last batch (64 / dp % 12 = 4 or 8) does not
+  // split into 3 micro-batches.
+  train::TrainOptions tail = mlp_options(data, dir / "tail");
+  tail.dp = n / 2;
+  tail.pp = 2;
+  tail.batch = 12;
+  tail.microbatches = 3;
+  CHECK(input_error(tail).find("--microbatches 3 does not divide the epoch's last batch") !=
+        std::string::npos);
+
+  // A checkpoint holds each rank's piece: resuming it with another cut of the model is refused.
+  train::TrainOptions first = mlp_options(data, dir / "recut");
+  first.tp = n;
+  first.max_steps = 1;
+  run(first);
+  train::TrainOptions recut = first;
+  recut.tp = 1;
+  recut.dp = n;
+  recut.max_steps = 0;
+  recut.resume = recut.out;
+  CHECK(input_error(recut).find("resume with the same --dp, --tp, --pp and --zero") != std::string::npos);
+
+  world->barrier();  // every rank checked before rank 0 removes the files
+  if (world->rank() == 0) fs::remove_all(dir);
+}

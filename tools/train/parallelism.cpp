@@ -1,0 +1,474 @@
+/*
+ * The job (see parallelism.h): joining it, its collectives, the training step through the
+ * pieces (gradient averaging, the tied embedding, global-norm clipping), evaluation through the
+ * pieces, and the pipeline's trace and report. Building the pieces: parallelism_model.cpp.
+ */
+#include "tools/train/parallelism.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <string>
+
+#include "core/autocast.h"
+#include "core/error.h"
+#include "core/grad_mode.h"
+#include "ops/ops.h"
+
+#if LOOM_TRAIN_WITH_MPI
+#include "distributed/process_group.h"
+#include "distributed/tensor_parallel/vocab_parallel.h"
+#endif
+
+namespace loom::train {
+
+Tensor loss_of(const Tensor& output, const Tensor& target, bool tokens) {
+  if (!tokens) return nn::functional::cross_entropy(output, target);
+  int64_t vocab = output.size(-1);
+  return nn::functional::cross_entropy(output.reshape({-1, vocab}), target.reshape({-1}));
+}
+
+namespace {
+
+[[noreturn]] void fail(const std::string& message) {
+  throw Error(message);
+}
+
+// Steps whose pipeline schedule --trace records: after two warm-up steps (first-touch allocation
+// and thread-pool start-up would dominate them), three steps, so the trace stays small.
+constexpr int64_t kTraceWarmup = 2, kTracedSteps = 3;
+
+// "--dp 2 --tp 2": the flags that shape the job, for messages.
+std::string mesh_flags(const TrainOptions& o) {
+  std::string flags;
+  auto add = [&flags](const char* flag, int64_t value) {
+    if (!flags.empty()) flags += ' ';
+    flags.append(flag).append(" ").append(std::to_string(value));
+  };
+  if (o.dp > 1 || (o.tp == 1 && o.pp == 1)) add("--dp", o.dp);
+  if (o.tp > 1) add("--tp", o.tp);
+  if (o.pp > 1) add("--pp", o.pp);
+  return flags;
+}
+
+// This rank's predictions of one batch against the targets: (loss sum, correct, count).
+Eval score(const Tensor& output, const Tensor& target, bool tokens) {
+  const auto n = static_cast<double>(target.numel());  // predictions (tokens for a language model)
+  return {loss_of(output.to(DType::Float32), target, tokens).item<double>() * n,
+          static_cast<double>(output.argmax(-1).eq(target).sum().item<int64_t>()), n};
+}
+
+void add(Eval& total, const Eval& e) {
+  total.loss_sum += e.loss_sum;
+  total.correct += e.correct;
+  total.count += e.count;
+}
+
+#if LOOM_TRAIN_WITH_MPI
+// An activation whose shape the receiving stage does not know: its shape, then its data, both
+// blocking and in the same order on both sides (the stages run the batches in the same order).
+constexpr int64_t kMaxRank = 8;
+
+void send_activation(distributed::ProcessGroup& group, const Tensor& t, int peer) {
+  LOOM_CHECK(t.dim() <= kMaxRank && t.dtype() == kFloat32,
+             "train --pp: a stage's output must be float32 of rank <= ", kMaxRank, ", got ", t.dtype(),
+             " of rank ", t.dim());
+  Tensor header = zeros({kMaxRank + 1}, TensorOptions(kInt64));
+  auto* h = header.data_ptr<int64_t>();
+  h[0] = t.dim();
+  for (int64_t i = 0; i < t.dim(); ++i) h[i + 1] = t.size(i);
+  group.send(header, peer);          // returns when the next stage has the shape...
+  group.send(t.contiguous(), peer);  // ...and when it has the data (blocking send)
+}
+
+Tensor recv_activation(distributed::ProcessGroup& group, int peer) {
+  Tensor header = zeros({kMaxRank + 1}, TensorOptions(kInt64));
+  group.recv(header, peer);  // waits for the previous stage's forward of this batch
+  const auto* h = header.data_ptr<int64_t>();
+  LOOM_CHECK(h[0] >= 0 && h[0] <= kMaxRank, "train --pp: a bad activation header from stage ", peer);
+  DimVector sizes;
+  for (int64_t i = 0; i < h[0]; ++i) sizes.push_back(h[i + 1]);
+  Tensor t = empty(sizes);
+  group.recv(t, peer);
+  return t;
+}
+#endif
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// The job
+
+Parallelism::Parallelism(const TrainOptions& options) : options_(options) {
+  const int64_t ranks = options.dp * options.tp * options.pp;
+  if (ranks == 1) return;
+#if LOOM_TRAIN_WITH_MPI
+  world_ = distributed::init_process_group(distributed::Backend::Mpi);
+  if (world_->size() != ranks)
+    fail(mesh_flags(options) + " needs mpirun -np " + std::to_string(ranks) + "; this job has " +
+         std::to_string(world_->size()) + (world_->size() == 1 ? " rank" : " ranks"));
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.collective_timeout * 1000));
+  world_->set_timeout(timeout);
+  mesh_ = std::make_unique<distributed::DeviceMesh>(
+      world_, distributed::MeshShape{.dp = static_cast<int>(options.dp),
+                                     .tp = static_cast<int>(options.tp),
+                                     .pp = static_cast<int>(options.pp)});
+  for (auto* group : {&mesh_->data_group(), &mesh_->tensor_group(), &mesh_->pipeline_group()})
+    group->set_timeout(timeout);
+  rank_ = world_->rank();
+  size_ = world_->size();
+  coord_dp_ = mesh_->coord().dp;
+  coord_tp_ = mesh_->coord().tp;
+  coord_pp_ = mesh_->coord().pp;
+#else
+  fail(mesh_flags(options) + ": this train was built without MPI (install Open MPI and reconfigure)");
+#endif
+}
+
+Parallelism::~Parallelism() = default;
+
+std::string Parallelism::describe() const {
+  std::vector<std::string> parts;
+  if (options_.dp > 1) parts.push_back("data parallel over " + std::to_string(options_.dp) + " ranks");
+  if (options_.tp > 1) parts.push_back("tensor parallel over " + std::to_string(options_.tp) + " ranks");
+  if (options_.pp > 1)
+    parts.push_back(std::to_string(options_.pp) + " pipeline stages (" + options_.pipeline_schedule + ", " +
+                    std::to_string(options_.microbatches) + " micro-batches)");
+  if (options_.zero > 0) parts.push_back("ZeRO stage " + std::to_string(options_.zero));
+  std::string text;
+  for (const auto& part : parts) text += (text.empty() ? "" : ", ") + part;
+  return text;
+}
+
+void Parallelism::barrier() {
+#if LOOM_TRAIN_WITH_MPI
+  if (world_) world_->barrier();
+#endif
+}
+
+void Parallelism::sum(std::vector<double>& values) {
+#if LOOM_TRAIN_WITH_MPI
+  if (!world_ || values.empty()) return;
+  Tensor t = tensor(values, {static_cast<int64_t>(values.size())});
+  world_->all_reduce(t, distributed::ReduceOp::Sum);  // waits for every rank's values
+  const double* p = t.data_ptr<double>();
+  values.assign(p, p + values.size());
+#else
+  (void)values;
+#endif
+}
+
+void Parallelism::max(std::vector<double>& values) {
+#if LOOM_TRAIN_WITH_MPI
+  if (!world_ || values.empty()) return;
+  Tensor t = tensor(values, {static_cast<int64_t>(values.size())});
+  world_->all_reduce(t, distributed::ReduceOp::Max);  // waits for every rank's values
+  const double* p = t.data_ptr<double>();
+  values.assign(p, p + values.size());
+#else
+  (void)values;
+#endif
+}
+
+bool Parallelism::all_ok(bool ok) {
+  std::vector<double> failed{ok ? 0.0 : 1.0};
+  max(failed);
+  return failed[0] == 0.0;
+}
+
+bool Parallelism::any(bool mine) {
+  std::vector<double> flag{mine ? 1.0 : 0.0};
+  max(flag);
+  return flag[0] != 0.0;
+}
+
+nn::CheckpointGroup Parallelism::checkpoint_group() {
+  if (size_ == 1) return {};
+  // The checkpoint's agreements run on the training thread, between steps: the MPI backend
+  // serves every group's operations from one queue, so nothing else is in flight then.
+  return nn::CheckpointGroup{.rank = rank_, .size = size_, .all_ok = [this](bool ok) { return all_ok(ok); }};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Training
+
+void Parallelism::make_optimizer(const OptimizerFactory& make) {
+  std::vector<Tensor> params = local_->parameters();
+#if LOOM_TRAIN_WITH_MPI
+  if (options_.zero > 0) {
+    zero_ = std::make_unique<distributed::ZeroOptimizer>(
+        params, mesh_->data_group_ptr(), static_cast<int>(options_.zero),
+        [make](std::vector<Tensor> shard) { return make(std::move(shard)); });
+    return;
+  }
+#endif
+  optimizer_ = make(std::move(params));
+}
+
+nn::Optimizer& Parallelism::optimizer() {
+#if LOOM_TRAIN_WITH_MPI
+  if (zero_) return zero_->inner();
+#endif
+  return *optimizer_;
+}
+
+double Parallelism::forward_backward(const Tensor& data, const Tensor& target, double weight) {
+  ++steps_run_;
+#if LOOM_TRAIN_WITH_MPI
+  if (runner_) {
+    const bool traced =
+        !options_.trace.empty() && steps_run_ > kTraceWarmup && steps_run_ <= kTraceWarmup + kTracedSteps;
+    runner_->set_tracing(traced);
+    const bool tokens = options_.model == "gpt";
+    auto loss = [weight, tokens](const Tensor& output, const Tensor& y) {
+      return loss_of(output, y, tokens) * weight;
+    };
+    distributed::pipeline::StepStats stats = runner_->train_step(data, target, loss);
+    peak_live_ = std::max(peak_live_, stats.peak_live_microbatches);
+    peak_bytes_ = std::max(peak_bytes_, stats.peak_activation_bytes);
+    if (traced) {
+      namespace pipe = distributed::pipeline;
+      // Collective over the pipeline group: every stage's events to the group's first stage.
+      auto per_rank = pipe::gather_trace(mesh_->pipeline_group(), runner_->last_events(), 0);
+      if (mesh_->pipeline_group().rank() == 0) {
+        const std::vector<double> idle = pipe::measured_bubble(per_rank);
+        double mean = 0;
+        for (double b : idle) mean += b / static_cast<double>(idle.size());
+        bubble_sum_ += mean;
+        ++traced_steps_;
+        // The steps one after another on the trace's time axis.
+        double end = 0;
+        for (const auto& events : trace_)
+          for (const auto& e : events) end = std::max(end, e.start_us + e.duration_us);
+        trace_.resize(per_rank.size());
+        for (size_t s = 0; s < per_rank.size(); ++s)
+          for (auto e : per_rank[s]) {
+            e.start_us += end;
+            trace_[s].push_back(e);
+          }
+      }
+    }
+    return stats.loss / weight;
+  }
+  if (tp_gpt_) {
+    Tensor loss = tp_gpt_->loss(data, target);
+    (loss * weight).backward();
+    return loss.item<double>();
+  }
+#endif
+  Tensor loss = loss_of((*local_)(data), target, false);
+  (loss * weight).backward();
+  return loss.item<double>();
+}
+
+void Parallelism::backward(const Tensor& loss, bool sync) {
+#if LOOM_TRAIN_WITH_MPI
+  if (ddp_ && !sync) {
+    auto guard = ddp_->no_sync();
+    loss.backward();
+    return;
+  }
+#endif
+  (void)sync;
+  loss.backward();
+}
+
+void Parallelism::average_gradients() {
+#if LOOM_TRAIN_WITH_MPI
+  NoGradGuard no_grad;
+  std::vector<Tensor> params = local_->parameters(), grads;
+  for (const Tensor& p : params)
+    grads.push_back(p.grad().defined() ? p.grad().reshape({-1}) : zeros({p.numel()}, p.options()));
+  // One all-reduce for the whole piece: waits for the replicas' gradients of the same step.
+  Tensor flat = cat(grads, 0);
+  mesh_->data_group().all_reduce(flat);
+  flat.div_(static_cast<double>(options_.dp));
+  int64_t offset = 0;
+  for (Tensor& p : params) {
+    if (p.grad().defined())
+      p.mutable_grad().copy_(flat.slice(0, offset, offset + p.numel()).reshape(p.sizes()));
+    offset += p.numel();
+  }
+#endif
+}
+
+// clip_grad_norm_ over the whole model when it is split over ranks: the squares of this rank's
+// gradients, a replicated parameter's counted on tensor rank 0 only, summed over the tensor
+// group and then over the pipeline group (every replica holds the same averaged gradients).
+double Parallelism::clip_global_norm(double max_norm) {
+  NoGradGuard no_grad;
+  double squares = 0;
+  for (const auto& [name, p] : local_->named_parameters()) {
+    if (!p.grad().defined() || (replicated_.count(name) && coord_tp_ != 0) || tied_copies_.count(name))
+      continue;
+    Tensor g = p.grad().to(kFloat64);
+    squares += g.mul(g).sum().item<double>();
+  }
+  Tensor total = loom::full({1}, squares, TensorOptions(kFloat64));
+#if LOOM_TRAIN_WITH_MPI
+  mesh_->tensor_group().all_reduce(total);    // waits for this stage's other shards
+  mesh_->pipeline_group().all_reduce(total);  // waits for the other stages
+#endif
+  const double norm = std::sqrt(total.item<double>());
+  const double coef = max_norm / (norm + 1e-6);  // as nn::clip_grad_norm_
+  if (coef < 1.0)
+    for (Tensor& p : local_->parameters())
+      if (p.grad().defined()) p.mutable_grad().mul_(coef);
+  return norm;
+}
+
+void Parallelism::step(nn::GradScaler& scaler, double clip) {
+#if LOOM_TRAIN_WITH_MPI
+  tie_gradients();  // before the averaging and clipping: they see the tied weight's whole gradient
+  if (zero_) {
+    zero_->step();  // averages over the data group, steps the shard, all-gathers the parameters
+    zero_->zero_grad();
+    return;
+  }
+  if (sharded() && options_.dp > 1) average_gradients();
+#endif
+  if (clip > 0) {
+    scaler.unscale_(*optimizer_);  // clip the true gradients, not the scaled ones
+    if (sharded())
+      clip_global_norm(clip);
+    else
+      nn::clip_grad_norm_(local_->parameters(), clip);
+  }
+  scaler.step(*optimizer_);
+  scaler.update();
+  optimizer_->zero_grad();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Evaluation
+
+bool Parallelism::counts_evaluation() const {
+  return coord_tp_ == 0 && coord_pp_ == options_.pp - 1;
+}
+
+Eval Parallelism::evaluate(data::DataLoader& loader, bool tokens, std::optional<DType> amp) {
+  local_->eval();
+  Eval total;
+  {
+    NoGradGuard no_grad;
+#if LOOM_TRAIN_WITH_MPI
+    if (runner_)
+      total = evaluate_pipeline(loader, tokens);
+    else if (sharded())
+      total = evaluate_tensor_parallel(loader, tokens);
+    else
+#endif
+      for (data::Batch& batch : loader) {
+        Tensor output;
+        {
+          AutocastGuard autocast(DeviceType::CPU, amp, amp.has_value());
+          output = (*local_)(batch.data);
+        }
+        add(total, score(output, batch.target, tokens));
+      }
+  }
+  local_->train();
+  return counts_evaluation() ? total : Eval{};
+}
+
+Eval Parallelism::evaluate_pipeline(data::DataLoader& loader, bool tokens) {
+  Eval total;
+#if LOOM_TRAIN_WITH_MPI
+  distributed::ProcessGroup& group = mesh_->pipeline_group();
+  const int s = group.rank(), p = group.size();
+  // Forward only, one batch at a time through the stages: no backward to schedule.
+  for (data::Batch& batch : loader) {
+    Tensor x = s == 0 ? batch.data : recv_activation(group, s - 1);
+    Tensor y = (*local_)(x);
+    if (s + 1 < p)
+      send_activation(group, y, s + 1);
+    else
+      add(total, score(y, batch.target, tokens));
+  }
+#else
+  (void)loader;
+  (void)tokens;
+#endif
+  return total;
+}
+
+Eval Parallelism::evaluate_tensor_parallel(data::DataLoader& loader, bool tokens) {
+  Eval total;
+#if LOOM_TRAIN_WITH_MPI
+  for (data::Batch& batch : loader) {
+    if (!tp_gpt_) {  // the mlp's last layer gathers the logits: every tensor rank has them all
+      add(total, score((*local_)(batch.data), batch.target, tokens));
+      continue;
+    }
+    distributed::ProcessGroup& group = mesh_->tensor_group();
+    // This rank's vocabulary slice [B, T, V/t]; each block all-reduces over the tensor group.
+    const Tensor logits = (*tp_gpt_)(batch.data);
+    const Tensor flat = logits.reshape({-1, logits.size(-1)}), target = batch.target.reshape({-1});
+    const int64_t n = target.numel(), t = group.size();
+    // All-reduces over the tensor group: waits for the other vocabulary slices' logits.
+    const double loss =
+        distributed::vocab_parallel_cross_entropy(flat, target, mesh_->tensor_group_ptr()).item<double>();
+    // The prediction over the whole vocabulary: each rank's best token and its logit, gathered;
+    // the best of the bests (the lowest rank on a tie, as argmax over the full logits).
+    Tensor best = flat.argmax(-1).contiguous();
+    Tensor value = flat.to(kFloat64).gather(1, best.unsqueeze(1)).reshape({n}).contiguous();
+    Tensor ids = best.add(tp_gpt_->tok->vocab_begin()).to(kFloat64).contiguous();
+    Tensor all_values = empty({t * n}, TensorOptions(kFloat64)),
+           all_ids = empty({t * n}, TensorOptions(kFloat64));
+    group.all_gather(value, all_values);  // waits for every shard's best logits
+    group.all_gather(ids, all_ids);
+    const double* v = all_values.data_ptr<double>();
+    const double* id = all_ids.data_ptr<double>();
+    const Tensor target64 = target.to(kInt64).contiguous();
+    const int64_t* y = target64.data_ptr<int64_t>();
+    double correct = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t winner = 0;
+      for (int64_t k = 1; k < t; ++k)
+        if (v[k * n + i] > v[winner * n + i]) winner = k;
+      correct += static_cast<int64_t>(id[winner * n + i]) == y[i];
+    }
+    add(total, Eval{loss * static_cast<double>(n), correct, static_cast<double>(n)});
+  }
+#else
+  (void)loader;
+  (void)tokens;
+#endif
+  return total;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The pipeline's trace
+
+std::string Parallelism::pipeline_trace_json() const {
+#if LOOM_TRAIN_WITH_MPI
+  if (main() && !trace_.empty()) return distributed::pipeline::chrome_trace_json(trace_);
+#endif
+  return {};
+}
+
+std::optional<PipelineReport> Parallelism::pipeline_report() {
+#if LOOM_TRAIN_WITH_MPI
+  if (!runner_) return std::nullopt;
+  PipelineReport report;
+  report.stages = options_.pp;
+  report.microbatches = options_.microbatches;
+  report.traced_steps = traced_steps_;
+  report.measured_bubble = traced_steps_ > 0 ? bubble_sum_ / static_cast<double>(traced_steps_) : 0.0;
+  const auto p = static_cast<double>(options_.pp), m = static_cast<double>(options_.microbatches);
+  report.ideal_bubble = (p - 1) / (m + p - 1);
+  Tensor mine = tensor(std::vector<int64_t>{peak_live_, peak_bytes_}, {2});
+  Tensor all = empty({2 * options_.pp}, TensorOptions(kInt64));
+  mesh_->pipeline_group().all_gather(mine, all);  // waits for every stage's peaks
+  const int64_t* peaks = all.data_ptr<int64_t>();
+  for (int64_t s = 0; s < options_.pp; ++s) {
+    report.peak_live_microbatches.push_back(peaks[2 * s]);
+    report.peak_activation_bytes.push_back(peaks[2 * s + 1]);
+  }
+  return report;
+#else
+  return std::nullopt;
+#endif
+}
+
+}  // namespace loom::train
