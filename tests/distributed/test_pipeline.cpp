@@ -65,6 +65,12 @@ TEST_CASE("pipeline: partitioning by measured time sees the cost that parameter 
   const Tensor sample = randn({4, 32, 32, 32});
   const std::vector<double> seconds = measured_times(net, sample, 5);
   REQUIRE(seconds.size() == net.size());
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // Instrumented Loom code next to uninstrumented oneDNN convolutions: the timings are not the
+  // machine's any more (under TSan a flatten took 3.5 ms, a convolution 17 ms).
+  MESSAGE("[skipped: timing under a sanitizer]");
+  return;
+#endif
   INFO("seconds per layer: " << seconds[0] << " " << seconds[1] << " " << seconds[2] << " " << seconds[3] << " "
                              << seconds[4]);
   CHECK(partition_balanced(parameter_counts(net), 2)[1] >= 3);
