@@ -23,7 +23,7 @@ class Scalar {
     requires(!std::same_as<T, bool>)
   Scalar(T v) : kind_(Kind::Int), i_(static_cast<int64_t>(v)), d_(static_cast<double>(v)) {}  // NOLINT
   template <std::floating_point T>
-  Scalar(T v) : kind_(Kind::Float), i_(static_cast<int64_t>(v)), d_(static_cast<double>(v)) {}  // NOLINT
+  Scalar(T v) : kind_(Kind::Float), i_(saturating_int(static_cast<double>(v))), d_(static_cast<double>(v)) {}  // NOLINT
   Scalar(Half v) : Scalar(static_cast<float>(v)) {}      // NOLINT
   Scalar(BFloat16 v) : Scalar(static_cast<float>(v)) {}  // NOLINT
 
@@ -51,6 +51,15 @@ class Scalar {
   // The dtype PyTorch would give a 0-dim tensor of this value: bool, int64 or float32.
   DType default_dtype() const {
     return kind_ == Kind::Bool ? DType::Bool : kind_ == Kind::Int ? DType::Int64 : DType::Float32;
+  }
+
+  // A double as int64 the way a C cast would, where that cast is defined; NaN is 0 and values
+  // beyond the range saturate (a plain cast is undefined behaviour there: item() of a NaN hit it).
+  static int64_t saturating_int(double v) {
+    if (v != v) return 0;
+    if (v >= 9223372036854775808.0) return INT64_MAX;
+    if (v < -9223372036854775808.0) return INT64_MIN;
+    return static_cast<int64_t>(v);
   }
 
  private:

@@ -1,8 +1,14 @@
 /* The HDF5 C++ layer (see hdf5_file.h). Every function takes the HDF5 lock first. */
 #include "data/hdf5_file.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "data/hdf5_check.h"
 
@@ -23,6 +29,32 @@ std::string join(const std::vector<std::string>& names) {
 herr_t collect_name(hid_t, const char* name, const H5L_info_t*, void* out) {
   static_cast<std::vector<std::string>*>(out)->push_back(name);
   return 0;
+}
+
+// a * b, saturating at UINT64_MAX (a cap that cannot be exceeded is no cap, not an overflow).
+uint64_t saturating_mul(uint64_t a, uint64_t b) {
+  uint64_t out = 0;
+  return __builtin_mul_overflow(a, b, &out) ? std::numeric_limits<uint64_t>::max() : out;
+}
+
+// The product of `dims` (each at least 1, so that a zero does not hide an overflow of the
+// others, which strides and row sizes would still compute) times `element_size`, or false
+// when it exceeds int64.
+bool checked_extent(const std::vector<hsize_t>& dims, uint64_t element_size, int64_t& bytes) {
+  uint64_t product = element_size, numel = 1;
+  for (hsize_t d : dims) {
+    if (__builtin_mul_overflow(product, std::max<hsize_t>(d, 1), &product)) return false;
+    numel *= d;  // no overflow: bounded by the product above
+  }
+  if (product > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
+  bytes = static_cast<int64_t>(numel * element_size);
+  return true;
+}
+
+std::string shape_string(const std::vector<hsize_t>& dims) {
+  std::string out = "[";
+  for (size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + std::to_string(dims[i]);
+  return out + "]";
 }
 
 }  // namespace
@@ -113,10 +145,22 @@ std::shared_ptr<Hdf5File> Hdf5File::open(const std::string& path) {
     LOOM_FAIL(path, ": not an HDF5 file (no HDF5 signature; ", std::filesystem::file_size(path, ec),
               " bytes): it may be truncated or corrupted");
   }
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  LOOM_CHECK(!ec, path, ": cannot read its size: ", ec.message());
   Hdf5Handle fapl(LOOM_HDF5_CHECK(H5Pcreate(H5P_FILE_ACCESS), path), H5Pclose);
-  hid_t id = LOOM_HDF5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), path,
-                             ": cannot open (truncated or corrupted?)");
-  return std::shared_ptr<Hdf5File>(new Hdf5File(path, Hdf5Handle(id, H5Fclose)));
+  Hdf5Handle file(LOOM_HDF5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), path,
+                                  ": cannot open (truncated or corrupted?)"),
+                  H5Fclose);
+  // A file this process already has open is not read again: HDF5 hands back the open one,
+  // with the size and metadata it read then. If the file changed on disk since (truncated,
+  // rewritten in place), that view is stale, and the caps below would be checked against
+  // the wrong file; refuse it instead, so that a caller can rebuild it.
+  hsize_t seen = 0;
+  LOOM_HDF5_CHECK(H5Fget_filesize(file.get(), &seen), path);
+  LOOM_CHECK(
+      seen == size, path, ": is ", size, " bytes on disk but ", seen,
+      " bytes to HDF5, which still has it open from before it changed (close every handle to it first)");
+  return std::shared_ptr<Hdf5File>(new Hdf5File(path, std::move(file), size));
 }
 
 std::shared_ptr<Hdf5File> Hdf5File::create(const std::string& path) {
@@ -127,7 +171,8 @@ std::shared_ptr<Hdf5File> Hdf5File::create(const std::string& path) {
   LOOM_HDF5_CHECK(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST), path);
   hid_t id = LOOM_HDF5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), path,
                              ": cannot create");
-  return std::shared_ptr<Hdf5File>(new Hdf5File(path, Hdf5Handle(id, H5Fclose)));
+  return std::shared_ptr<Hdf5File>(
+      new Hdf5File(path, Hdf5Handle(id, H5Fclose), std::numeric_limits<uint64_t>::max()));
 }
 
 Hdf5File::~Hdf5File() = default;
@@ -159,6 +204,15 @@ bool Hdf5File::has_dataset(const std::string& name) const {
     if (prefix.empty() ||
         LOOM_HDF5_CHECK(H5Lexists(file_.get(), prefix.c_str(), H5P_DEFAULT), path_, ": '", prefix, "'") <= 0)
       return false;
+    // Only hard links: an external link names another file (any path, even a device) that
+    // opening the object would open, and a soft link is a detour no writer of Loom's layout
+    // (Loom, h5py) makes.
+    H5L_info_t link{};
+    LOOM_HDF5_CHECK(H5Lget_info(file_.get(), prefix.c_str(), &link, H5P_DEFAULT), path_, ": '", prefix, "'");
+    LOOM_CHECK(
+        link.type == H5L_TYPE_HARD, path_, ": '", prefix, "' is ",
+        link.type == H5L_TYPE_EXTERNAL ? "an external link (to another file)" : "a soft or user-defined link",
+        "; Loom reads only objects stored in the file itself");
     if (slash == std::string::npos) break;
     pos = slash;
   }
@@ -183,41 +237,80 @@ Hdf5DatasetInfo Hdf5File::describe(const std::string& name) const {
 
 Hdf5DatasetInfo Hdf5File::describe(hid_t dataset, const std::string& name) const {
   Hdf5Lock lock;
+  const std::string what = path_ + ": dataset '" + name + "'";
   Hdf5DatasetInfo info;
   info.name = name;
-  Hdf5Handle space(LOOM_HDF5_CHECK(H5Dget_space(dataset), path_, ": dataset '", name, "'"), H5Sclose);
-  const int ndims = LOOM_HDF5_CHECK(H5Sget_simple_extent_ndims(space.get()), path_, ": dataset '", name, "'");
+  Hdf5Handle space(LOOM_HDF5_CHECK(H5Dget_space(dataset), what), H5Sclose);
+  const int ndims = LOOM_HDF5_CHECK(H5Sget_simple_extent_ndims(space.get()), what);
   std::vector<hsize_t> dims(static_cast<size_t>(ndims));
-  LOOM_HDF5_CHECK(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), path_, ": dataset '", name,
-                  "'");
-  info.dims.assign(dims.begin(), dims.end());
+  LOOM_HDF5_CHECK(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), what);
 
-  Hdf5Handle type(LOOM_HDF5_CHECK(H5Dget_type(dataset), path_, ": dataset '", name, "'"), H5Tclose);
+  Hdf5Handle type(LOOM_HDF5_CHECK(H5Dget_type(dataset), what), H5Tclose);
   info.type_class = H5Tget_class(type.get());
   info.type_size = H5Tget_size(type.get());
+  LOOM_CHECK(info.type_size > 0, what, ": cannot read the element size (", detail::hdf5_error_stack(), ")");
   if (info.type_class == H5T_INTEGER)
-    info.is_signed = LOOM_HDF5_CHECK(H5Tget_sign(type.get()), path_, ": dataset '", name, "'") == H5T_SGN_2;
+    info.is_signed = LOOM_HDF5_CHECK(H5Tget_sign(type.get()), what) == H5T_SGN_2;
   if (info.type_class == H5T_INTEGER || info.type_class == H5T_FLOAT)
     info.native_byte_order = info.type_size == 1 || H5Tget_order(type.get()) == H5Tget_order(H5T_NATIVE_INT);
 
-  Hdf5Handle dcpl(LOOM_HDF5_CHECK(H5Dget_create_plist(dataset), path_, ": dataset '", name, "'"), H5Pclose);
-  info.chunked = H5Pget_layout(dcpl.get()) == H5D_CHUNKED;
-  if (info.chunked) {
-    std::vector<hsize_t> chunk(static_cast<size_t>(ndims));
-    LOOM_HDF5_CHECK(H5Pget_chunk(dcpl.get(), ndims, chunk.data()), path_, ": dataset '", name, "'");
-    info.chunk_dims.assign(chunk.begin(), chunk.end());
-    const int nfilters = LOOM_HDF5_CHECK(H5Pget_nfilters(dcpl.get()), path_, ": dataset '", name, "'");
-    for (int i = 0; i < nfilters; ++i) {
-      unsigned flags = 0, config = 0;
-      size_t nparams = 8;
-      unsigned params[8] = {0};
-      char filter_name[64] = {0};
-      H5Z_filter_t id = LOOM_HDF5_CHECK(H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &nparams,
-                                                       params, sizeof(filter_name), filter_name, &config),
-                                        path_, ": dataset '", name, "': filter ", i);
-      info.filters.push_back({static_cast<int>(id), filter_name,
-                              std::vector<unsigned>(params, params + std::min<size_t>(nparams, 8))});
-    }
+  // The claim: every later size (rows, row bytes, blocks, the tensors) is computed from it.
+  LOOM_CHECK(checked_extent(dims, info.type_size, info.bytes), what, ": shape ", shape_string(dims), " of ",
+             info.type_size, "-byte elements overflows 64-bit sizes");
+  info.dims.assign(dims.begin(), dims.end());
+
+  Hdf5Handle dcpl(LOOM_HDF5_CHECK(H5Dget_create_plist(dataset), what), H5Pclose);
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  LOOM_CHECK(layout == H5D_COMPACT || layout == H5D_CONTIGUOUS || layout == H5D_CHUNKED, what,
+             layout == H5D_VIRTUAL ? ": is a virtual dataset (its data lives in other files)"
+                                   : ": has an unknown storage layout",
+             "; Loom reads only data stored in the file itself");
+  const int external = LOOM_HDF5_CHECK(H5Pget_external_count(dcpl.get()), what);
+  LOOM_CHECK(external == 0, what, ": its data is stored in ", external,
+             " external file(s); Loom reads only data stored in the file itself");
+  info.chunked = layout == H5D_CHUNKED;
+  const uint64_t claimed = static_cast<uint64_t>(info.bytes);
+  if (!info.chunked) {
+    // Stored as it is: it cannot be larger than the file that holds it.
+    LOOM_CHECK(claimed <= file_size_, what, ": shape ", shape_string(dims), " of ", info.type_size,
+               "-byte elements is ", claimed, " bytes, more than the whole file (", file_size_,
+               " bytes) could hold uncompressed");
+    return info;
+  }
+  const uint64_t cap = saturating_mul(file_size_, kHdf5MaxCompressionRatio);
+  LOOM_CHECK(claimed <= cap, what, ": shape ", shape_string(dims), " of ", info.type_size,
+             "-byte elements is ", claimed, " bytes, more than ", kHdf5MaxCompressionRatio,
+             " times the file's ", file_size_, " bytes (no filter compresses better than deflate's ",
+             kHdf5MaxCompressionRatio, ":1)");
+  std::vector<hsize_t> chunk(static_cast<size_t>(std::max(ndims, 1)));
+  const int chunk_rank = LOOM_HDF5_CHECK(H5Pget_chunk(dcpl.get(), ndims, chunk.data()), what);
+  LOOM_CHECK(chunk_rank == ndims, what, ": chunks of rank ", chunk_rank, " for a dataset of rank ", ndims);
+  chunk.resize(static_cast<size_t>(ndims));
+  int64_t chunk_bytes = 0;
+  LOOM_CHECK(std::all_of(chunk.begin(), chunk.end(), [](hsize_t c) { return c > 0; }) &&
+                 checked_extent(chunk, info.type_size, chunk_bytes) &&
+                 static_cast<uint64_t>(chunk_bytes) <= cap,
+             what, ": chunk shape ", shape_string(chunk), " of ", info.type_size,
+             "-byte elements is empty or larger than ", kHdf5MaxCompressionRatio, " times the file's ",
+             file_size_, " bytes");
+  info.chunk_dims.assign(chunk.begin(), chunk.end());
+  const int nfilters = LOOM_HDF5_CHECK(H5Pget_nfilters(dcpl.get()), what);
+  for (int i = 0; i < nfilters; ++i) {
+    unsigned flags = 0, config = 0;
+    size_t nparams = 8;
+    unsigned params[8] = {0};
+    char filter_name[64] = {0};
+    H5Z_filter_t id = LOOM_HDF5_CHECK(H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &nparams,
+                                                     params, sizeof(filter_name), filter_name, &config),
+                                      what, ": filter ", i);
+    Hdf5Filter filter{static_cast<int>(id), filter_name,
+                      std::vector<unsigned>(params, params + std::min<size_t>(nparams, 8))};
+    // HDF5 sets shuffle's parameter to the element size when the dataset is created; any other
+    // value would make the unshuffle loop over a made-up element size (chunk_codec.cpp).
+    LOOM_CHECK(id != H5Z_FILTER_SHUFFLE || filter.params.empty() || filter.params[0] == info.type_size, what,
+               ": the shuffle filter's element size ", filter.params.empty() ? 0 : filter.params[0],
+               " is not the dataset's ", info.type_size);
+    info.filters.push_back(std::move(filter));
   }
   return info;
 }
@@ -250,11 +343,25 @@ void Hdf5File::read_rows(hid_t dataset, const std::string& name, int64_t begin, 
 bool Hdf5File::read_raw_chunk(hid_t dataset, const std::string& name, const std::vector<int64_t>& offset,
                               std::vector<uint8_t>& bytes, uint32_t& filter_mask) const {
   Hdf5Lock lock;
+  const std::string what = ::loom::detail::concat(path_, ": dataset '", name, "': chunk at row ", offset[0]);
   std::vector<hsize_t> off = to_hsize(offset);
   hsize_t nbytes = 0;
-  LOOM_HDF5_CHECK(H5Dget_chunk_storage_size(dataset, off.data(), &nbytes), path_, ": dataset '", name,
-                  "': chunk at row ", offset[0]);
+  LOOM_HDF5_CHECK(H5Dget_chunk_storage_size(dataset, off.data(), &nbytes), what);
   if (nbytes == 0) return false;
+  // H5Dread_chunk copies as many bytes as the chunk index records, which libhdf5 1.10 does not
+  // check against what H5Dget_chunk_storage_size reports: for an unfiltered dataset the latter
+  // is the nominal chunk size whatever the index says, so a patched index entry made
+  // H5Dread_chunk write past the buffer (tests/data/test_hdf5_caps.cpp). The index's own
+  // record is read first and must agree, and lie within the file, before any buffer is sized.
+  haddr_t address = HADDR_UNDEF;
+  hsize_t recorded = 0;
+  unsigned recorded_mask = 0;
+  LOOM_HDF5_CHECK(H5Dget_chunk_info_by_coord(dataset, off.data(), &recorded_mask, &address, &recorded), what);
+  LOOM_CHECK(recorded <= file_size_ && address != HADDR_UNDEF && address <= file_size_ - recorded, what,
+             ": the chunk index claims ", recorded, " stored bytes at byte ", address,
+             ", beyond the end of the file (", file_size_, " bytes)");
+  LOOM_CHECK(recorded == nbytes, what, ": the chunk index records ", recorded,
+             " stored bytes but HDF5 reports ", nbytes, " (corrupted chunk index)");
   bytes.resize(nbytes);
   filter_mask = 0;
   LOOM_HDF5_CHECK(H5Dread_chunk(dataset, H5P_DEFAULT, off.data(), &filter_mask, bytes.data()), path_,
@@ -293,6 +400,98 @@ void Hdf5File::write_dataset(const std::string& name, DType dtype, const std::ve
   if (numel > 0)
     LOOM_HDF5_CHECK(H5Dwrite(dataset.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), path_,
                     ": write dataset '", name, "'");
+}
+
+// ---- global heaps ----------------------------------------------------------------------------
+
+namespace {
+
+// Closes a POSIX descriptor when the scope ends.
+struct FdCloser {
+  int fd;
+  ~FdCloser() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Reads up to n bytes at offset; returns how many (fewer only at the end of the file).
+size_t pread_some(int fd, uint8_t* out, size_t n, uint64_t offset, const std::string& path) {
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::pread(fd, out + got, n - got, static_cast<off_t>(offset + got));
+    if (r < 0 && errno == EINTR) continue;
+    LOOM_CHECK(r >= 0, path, ": reading it failed: ", std::strerror(errno));
+    if (r == 0) break;
+    got += static_cast<size_t>(r);
+  }
+  return got;
+}
+
+uint64_t read_le(const uint8_t* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+}  // namespace
+
+// Variable-length strings (h5py's and Loom's attributes) are stored in global heap
+// collections: "GCOL", version 1, 3 reserved bytes, the collection's size (8 bytes), then
+// objects of [index (2), references (2), reserved (4), size (8), data padded to 8]; index 0
+// is the free space at the end, whose size counts its own header. libhdf5 1.10.8 walks a
+// collection with `p = begin + need` (H5HG__cache_heap_deserialize): a free-space object of
+// size 0 never advances p, and reading such a file hangs in H5Aread forever (found by
+// tests/fuzz/fuzz_hdf5.cpp). So before the first variable-length read, every collection in
+// the file is walked the same way here, and one that would not end inside itself is an error.
+//
+// The same walk refuses an object longer than its collection, which libhdf5 would copy
+// (H5HG_read) from past the collection's buffer, another fuzzer find.
+//
+// Collections are found by their signature, as libhdf5 has no call that lists them; a
+// "GCOL" is taken for one when libhdf5 would take it (version 1); a false match inside raw
+// data would have to fail these checks to matter. The scan reads the file
+// once, 1 MiB at a time, on the first such read of each file.
+void Hdf5File::check_global_heaps() const {
+  Hdf5Lock lock;
+  if (global_heaps_checked_ || file_size_ == std::numeric_limits<uint64_t>::max()) return;
+  FdCloser file{::open(path_.c_str(), O_RDONLY | O_CLOEXEC)};
+  LOOM_CHECK(file.fd >= 0, path_, ": cannot open to check its global heaps: ", std::strerror(errno));
+  constexpr size_t kBlock = size_t{1} << 20;
+  constexpr size_t kHeader = 16;  // of a collection, and of an object in it
+  std::vector<uint8_t> block(kBlock + kHeader);
+  for (uint64_t start = 0; start < file_size_; start += kBlock) {
+    // kHeader bytes of overlap, so that a header straddling two blocks is seen whole.
+    const size_t n = pread_some(file.fd, block.data(), block.size(), start, path_);
+    for (size_t i = 0; i + kHeader <= n && i < kBlock; ++i) {
+      const uint8_t* h = block.data() + i;
+      // libhdf5 checks the signature and the version, and nothing else of the header.
+      if (std::memcmp(h, "GCOL", 4) != 0 || h[4] != 1) continue;
+      const uint64_t at = start + i, size = read_le(h + 8, 8);
+      // libhdf5 allocates the claimed size before it finds the file too short.
+      LOOM_CHECK(size <= file_size_ - at, path_, ": global heap at byte ", at, " claims ", size,
+                 " bytes, past the end of the file (", file_size_, " bytes)");
+      // Walk the objects as libhdf5 will.
+      const uint64_t end = at + size;
+      uint64_t p = at + kHeader;
+      while (p < end) {
+        if (end - p < kHeader) break;  // the last few bytes are free space
+        uint8_t object[kHeader];
+        LOOM_CHECK(pread_some(file.fd, object, kHeader, p, path_) == kHeader, path_, ": global heap at byte ",
+                   at, " is cut off by the end of the file");
+        const uint64_t index = read_le(object, 2), object_size = read_le(object + 8, 8);
+        // Index 0 (free space) counts its header in its size; others are padded to 8 bytes.
+        // (A size past the collection's end is refused as it is, before the padding could wrap.)
+        const uint64_t need =
+            index == 0 || object_size > end - p ? object_size : kHeader + ((object_size + 7) & ~uint64_t{7});
+        LOOM_CHECK(need > 0 && need <= end - p, path_, ": global heap at byte ", at, " is corrupt: object ",
+                   index, " at byte ", p, " has size ", object_size, ", which ",
+                   need == 0 ? "never ends" : "runs past the collection's end",
+                   " (libhdf5 would hang or overread)");
+        p += need;
+      }
+    }
+  }
+  global_heaps_checked_ = true;
 }
 
 // ---- attributes ------------------------------------------------------------------------------
@@ -336,10 +535,15 @@ std::optional<std::vector<std::string>> Hdf5File::string_list_attribute(const st
       LOOM_HDF5_CHECK(H5Sget_simple_extent_npoints(space.get()), path_, ": attribute '", name, "'");
   std::vector<std::string> out;
   if (n == 0) return out;
+  // Each element takes at least a byte of the file (a variable-length one, a heap reference
+  // of a dozen): a larger count is a claim, not data, and must not size the buffers below.
+  LOOM_CHECK(static_cast<uint64_t>(n) <= file_size_, path_, ": attribute '", name, "' of '", owner,
+             "' claims ", n, " strings, more than the file's ", file_size_, " bytes could hold");
   const htri_t variable = LOOM_HDF5_CHECK(H5Tis_variable_str(type.get()), path_, ": attribute '", name, "'");
   Hdf5Handle memtype(LOOM_HDF5_CHECK(H5Tcopy(H5T_C_S1), path_), H5Tclose);
   LOOM_HDF5_CHECK(H5Tset_cset(memtype.get(), H5Tget_cset(type.get())), path_, ": attribute '", name, "'");
   if (variable > 0) {
+    check_global_heaps();  // variable-length strings are read from global heap collections
     LOOM_HDF5_CHECK(H5Tset_size(memtype.get(), H5T_VARIABLE), path_, ": attribute '", name, "'");
     std::vector<char*> ptrs(static_cast<size_t>(n), nullptr);
     LOOM_HDF5_CHECK(H5Aread(attr.get(), memtype.get(), ptrs.data()), path_, ": read attribute '", name, "'");
@@ -347,6 +551,9 @@ std::optional<std::vector<std::string>> Hdf5File::string_list_attribute(const st
     H5Dvlen_reclaim(memtype.get(), space.get(), H5P_DEFAULT, ptrs.data());
   } else {
     const size_t size = H5Tget_size(type.get());
+    LOOM_CHECK(size > 0 && saturating_mul(size, static_cast<uint64_t>(n)) <= file_size_, path_,
+               ": attribute '", name, "' of '", owner, "' claims ", n, " strings of ", size,
+               " bytes, more than the file's ", file_size_, " bytes could hold");
     LOOM_HDF5_CHECK(H5Tset_size(memtype.get(), size), path_, ": attribute '", name, "'");
     const H5T_str_t pad = H5Tget_strpad(type.get());
     LOOM_HDF5_CHECK(H5Tset_strpad(memtype.get(), pad), path_, ": attribute '", name, "'");

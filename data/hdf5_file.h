@@ -6,6 +6,14 @@
  * Every call holds the HDF5 lock and goes through LOOM_HDF5_CHECK, and every error names the
  * file and the dataset or attribute: "fmnist.h5: dataset 'images': expected uint8, found float32".
  * Handles close themselves (Hdf5Handle), so an exception never leaks an HDF5 object.
+ *
+ * Size caps. A file opened for reading may be hostile, and the sizes libhdf5 reports are only
+ * what the file claims. So describe() checks a dataset's claim against the file before anyone
+ * allocates for it: dimensions whose product overflows, data that could not fit in the file
+ * (uncompressed) or that would need a better compression ratio than deflate's 1032:1
+ * (chunked), chunks likewise, and data stored outside the file (external storage, virtual
+ * datasets, external links) are loom::Errors. Attributes and raw chunks are held to the file
+ * size the same way. tests/data/test_hdf5_caps.cpp has a file for each.
  */
 #pragma once
 
@@ -66,6 +74,7 @@ struct Hdf5DatasetInfo {
   bool chunked = false;
   std::vector<int64_t> chunk_dims;  // empty unless chunked
   std::vector<Hdf5Filter> filters;  // in write order; reading undoes them last to first
+  int64_t bytes = 0;                // numel x type_size: what reading it all takes (checked: fits int64)
 
   // "uint8", "int32", "float64", "string", ...: for error messages.
   std::string type_name() const;
@@ -76,10 +85,17 @@ struct Hdf5DatasetInfo {
   int64_t row_elements() const;
 };
 
+// The best compression ratio a chunked dataset may claim: zlib's deflate cannot do better than
+// 1032:1, so a chunked dataset larger than this many times its file is not data but a claim.
+// (Fill-value-only datasets and filters such as scale-offset on constant data can exceed it;
+// Loom's layout has neither.)
+inline constexpr uint64_t kHdf5MaxCompressionRatio = 1032;
+
 class Hdf5File {
  public:
   // Opens an existing file read-only. Throws loom::Error naming the file when it does not
-  // exist, is not an HDF5 file, or is truncated or corrupted.
+  // exist, is not an HDF5 file, or is truncated or corrupted. Its size at opening is what
+  // describe() and the attribute readers hold its claims to.
   static std::shared_ptr<Hdf5File> open(const std::string& path);
   // Creates (truncates) a file for writing.
   static std::shared_ptr<Hdf5File> create(const std::string& path);
@@ -90,12 +106,19 @@ class Hdf5File {
 
   const std::string& path() const { return path_; }
   hid_t id() const { return file_.get(); }
+  // Bytes of the file when opened for reading (what its contents are held to); unlimited
+  // (UINT64_MAX) for a file being written.
+  uint64_t file_size() const { return file_size_; }
 
+  // Whether `name` is a dataset stored in this file. Throws when a link on the way is a soft
+  // or external link (an external link would open another file, of the file's choosing).
   bool has_dataset(const std::string& name) const;
   // The names of the datasets in the root group (for error messages).
   std::vector<std::string> dataset_names() const;
   // Throws, listing the datasets that do exist, when `name` is missing.
   Hdf5Handle open_dataset(const std::string& name) const;
+  // Shape, type, layout and filters, checked against the file (see "Size caps" above): throws
+  // loom::Error naming the dataset for a claim the file cannot back.
   Hdf5DatasetInfo describe(const std::string& name) const;
   Hdf5DatasetInfo describe(hid_t dataset, const std::string& name) const;
 
@@ -107,7 +130,8 @@ class Hdf5File {
 
   // The stored bytes of the chunk whose first element is at `offset` (still compressed) and
   // the filter mask HDF5 stored with it (bit i set: filter i was skipped). Returns false when
-  // the chunk was never written (it reads as the fill value).
+  // the chunk was never written (it reads as the fill value). Throws when the chunk index
+  // claims more stored bytes than the file has.
   bool read_raw_chunk(hid_t dataset, const std::string& name, const std::vector<int64_t>& offset,
                       std::vector<uint8_t>& bytes, uint32_t& filter_mask) const;
 
@@ -133,12 +157,18 @@ class Hdf5File {
   void close();
 
  private:
-  Hdf5File(std::string path, Hdf5Handle file) : path_(std::move(path)), file_(std::move(file)) {}
+  Hdf5File(std::string path, Hdf5Handle file, uint64_t file_size)
+      : path_(std::move(path)), file_(std::move(file)), file_size_(file_size) {}
   Hdf5Handle open_owner(const std::string& owner) const;
   Hdf5Handle open_attribute(const std::string& name, const std::string& owner) const;
+  // Walks the file's global heap collections before libhdf5 reads variable-length data from
+  // them (see the .cpp: libhdf5 1.10 hangs on some corrupt ones). Once per file.
+  void check_global_heaps() const;
 
   std::string path_;
   Hdf5Handle file_;
+  uint64_t file_size_;
+  mutable bool global_heaps_checked_ = false;  // under the HDF5 lock
 };
 
 // The HDF5 memory type for a Loom dtype (H5T_NATIVE_UINT8 ...).

@@ -9,6 +9,13 @@
 
 namespace loom::data {
 
+namespace {
+
+// The most classes a file may imply through its largest label alone (ImageNet-21k has 21,841).
+constexpr int64_t kMaxClasses = int64_t{1} << 24;
+
+}  // namespace
+
 Hdf5ImageDataset::Hdf5ImageDataset(std::string path, Hdf5ImageOptions options)
     : path_(std::move(path)), options_(std::move(options)) {
   file_ = Hdf5File::open(path_);
@@ -51,7 +58,12 @@ Hdf5ImageDataset::Hdf5ImageDataset(std::string path, Hdf5ImageOptions options)
   } else if (declared) {
     num_classes_ = *declared;
   } else {
-    num_classes_ = *std::max_element(y, y + size_) + 1;
+    // Read from the labels themselves: a label of 2^63 - 1 would overflow the + 1 (and claim
+    // more classes than any output layer could have), so the largest is checked first.
+    const int64_t largest = *std::max_element(y, y + size_);
+    LOOM_CHECK(largest < kMaxClasses, labels_what, ": label ", largest, " implies more than ", kMaxClasses,
+               " classes; give the file a num_classes or class_names attribute if it really has that many");
+    num_classes_ = largest + 1;
   }
   for (int64_t i = 0; i < size_; ++i)
     LOOM_CHECK(y[i] >= 0 && y[i] < num_classes_, labels_what, ": label ", y[i], " of image ", i,

@@ -2,6 +2,7 @@
 #include "quant/quantized_model.h"
 
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -63,11 +64,15 @@ struct FieldReader {
            std::to_string(hi) + "], got " + v.dump());
     return v.get<int64_t>();
   }
+  // A scale is stored as float32: a JSON number that is positive as a double can still round
+  // to 0, a subnormal or infinity in float32 (1e-50, 1e300), and the kernels divide by it.
   float positive_scale(const json& obj, const char* field) const {
     const json& v = at(obj, field);
-    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0)
-      fail(std::string("field '") + field + "' must be a positive finite number, got " + v.dump());
-    return v.get<float>();
+    const double d = v.is_number() ? v.get<double>() : 0.0;
+    if (!v.is_number() || !(d >= std::numeric_limits<float>::min() && d <= std::numeric_limits<float>::max()))
+      fail(std::string("field '") + field + "' must be a positive finite number (a normal float32), got " +
+           v.dump());
+    return static_cast<float>(d);
   }
   bool boolean(const json& obj, const char* field) const {
     const json& v = at(obj, field);
@@ -252,8 +257,8 @@ std::shared_ptr<QuantizedModel> QuantizedModel::from_safetensors(nn::Safetensors
       used_tensors += has_bias ? 3 : 2;
       for (int64_t c = 0; c < scales.numel(); ++c) {
         const float v = scales.data_ptr<float>()[c];
-        if (!std::isfinite(v) || v <= 0) r.fail("weight_scale[" + std::to_string(c) + "] = " + std::to_string(v) +
-                                                " is not a positive finite number");
+        if (!std::isnormal(v) || v <= 0) r.fail("weight_scale[" + std::to_string(c) + "] = " + std::to_string(v) +
+                                                " is not a positive finite number (a normal float32)");
       }
       const json& in = r.at(e, "input");
       const float in_scale = r.positive_scale(in, "scale");

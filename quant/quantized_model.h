@@ -62,7 +62,8 @@ class QuantizedModel {
   void save(const std::filesystem::path& path, const std::map<std::string, std::string>& extra_metadata = {}) const;
   // Reads and validates a file written by save(). Throws loom::Error naming the file and the
   // problem: not a quantized model, a missing or malformed field, a tensor of the wrong dtype
-  // or shape, a scale that is not positive and finite, a zero point out of range.
+  // or shape, a scale that is not a positive, finite, normal float32, a zero point out of range,
+  // a tensor larger than the file could hold.
   static std::shared_ptr<QuantizedModel> load(const std::filesystem::path& path);
   // The same from a safetensors file already read (e.g. nn::load_safetensors_from_bytes of a
   // download); `name` is what errors call it.

@@ -80,7 +80,10 @@ void batch_norm_kernel(const Tensor& out, const Tensor& save_mean, const Tensor&
   visit_floating_dtype(x.dtype(), "batch_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
-    const auto [n, channels, s] = channel_geometry(x);
+    // Named variables, not a structured binding: lambdas below capture them, which clang
+    // accepts only from version 16 (the fuzz build uses clang 14).
+    const ChannelGeometry g = channel_geometry(x);
+    const int64_t n = g.n, channels = g.c, s = g.s;
     const int64_t count = n * s;
     const T* xp = static_cast<const T*>(x.data_ptr());
     T* op = static_cast<T*>(out.data_ptr());
@@ -151,7 +154,10 @@ void batch_norm_backward_kernel(const Tensor& grad_input, const Tensor& grad_wei
   visit_floating_dtype(x.dtype(), "batch_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
-    const auto [n, channels, s] = channel_geometry(x);
+    // Named variables, not a structured binding: lambdas below capture them, which clang
+    // accepts only from version 16 (the fuzz build uses clang 14).
+    const ChannelGeometry g = channel_geometry(x);
+    const int64_t n = g.n, channels = g.c, s = g.s;
     const int64_t count = n * s;
     const T* xp = static_cast<const T*>(x.data_ptr());
     const T* gyp = static_cast<const T*>(grad_out.data_ptr());

@@ -1,10 +1,12 @@
-/* dtypes: names, sizes, promotion, and 16-bit float rounding (values checked by hand). */
+/* dtypes: names, sizes, promotion, 16-bit float rounding (values checked by hand), and Scalar's
+ * integer view of floating values. */
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <limits>
 
 #include "core/dtype.h"
+#include "core/scalar.h"
 
 using namespace loom;
 
@@ -51,4 +53,14 @@ TEST_CASE("bfloat16 rounds to nearest even") {
   CHECK(BFloat16(1.0f + 0x1p-8f + 0x1p-20f).bits == 0x3f81);
   CHECK(std::isnan(static_cast<float>(BFloat16(std::numeric_limits<float>::quiet_NaN()))));
   CHECK(static_cast<float>(BFloat16(3.0f)) == 3.0f);
+}
+
+TEST_CASE("Scalar: a floating value's integer view is defined for NaN, infinities and huge values") {
+  // A plain cast is undefined behaviour there (UBSan caught item() of a NaN in the fuzzer).
+  CHECK(loom::Scalar(std::nan("")).to_int() == 0);
+  CHECK(loom::Scalar(std::numeric_limits<double>::infinity()).to_int() == INT64_MAX);
+  CHECK(loom::Scalar(-std::numeric_limits<float>::infinity()).to_int() == INT64_MIN);
+  CHECK(loom::Scalar(1e30).to_int() == INT64_MAX);
+  CHECK(loom::Scalar(-2.75).to_int() == -2);  // truncation, as the cast does where defined
+  CHECK(std::isnan(loom::Scalar(std::nan("")).to_double()));
 }
