@@ -17,6 +17,7 @@
 #include <iostream>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "nn/serialize/serialize.h"
 #include "tests/test_util.h"
@@ -35,14 +36,10 @@ std::vector<std::string> entries(const fs::path& dir) {
   return out;
 }
 
+// The error's message, "" when none is thrown (some checks expect success).
 template <class F>
 std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test::error_if_any(std::forward<F>(f));
 }
 
 bool contains(const std::string& text, std::string_view part) {
