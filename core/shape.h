@@ -26,11 +26,15 @@ class IntArrayRef {
   constexpr IntArrayRef() = default;
   constexpr IntArrayRef(const int64_t* data, size_t size) : data_(data), size_(size) {}
   constexpr IntArrayRef(const int64_t& single) : data_(&single), size_(1) {}  // NOLINT
+#if defined(__GNUC__) && !defined(__clang__)  // a GCC warning; clang has no such group
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Winit-list-lifetime"  // by design: valid for the call it is passed to
+#endif
   constexpr IntArrayRef(std::initializer_list<int64_t> list)  // NOLINT
       : data_(list.begin()), size_(list.size()) {}
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
   IntArrayRef(const std::vector<int64_t>& v) : data_(v.data()), size_(v.size()) {}  // NOLINT
   inline IntArrayRef(const DimVector& v);                                            // NOLINT
 
