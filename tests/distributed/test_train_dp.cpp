@@ -35,6 +35,7 @@
 #include "nn/nn.h"
 #include "ops/ops.h"
 #include "tests/distributed/mpi_test_util.h"
+#include "tests/distributed/train_test_util.h"
 #include "tools/train/trainer.h"
 
 using namespace loom;
@@ -42,41 +43,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using test::bitwise_equal;
+using test::excess;
+using test::model_file;
+
 constexpr int64_t kExamples = 64;  // a multiple of N·b for N = 2, 4 and b = 4
 constexpr int64_t kBatch = 4;
 
-// A directory every rank names alike (rank 0's pid, broadcast), so that the ranks of one job
-// share it and concurrent jobs (np2 and np4) do not.
-fs::path shared_scratch(const std::string& name) {
-  auto world = test::world();
-  Tensor pid = full({1}, static_cast<double>(::getpid()), DType::Int64);
-  world->broadcast(pid, 0);
-  fs::path dir =
-      fs::temp_directory_path() / ("loom_train_dp_" + name + "_np" + std::to_string(world->size()) + "_" +
-                                   std::to_string(pid.item<int64_t>()));
-  if (world->rank() == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  world->barrier();  // the directory exists before any rank uses it
-  return dir;
-}
+fs::path shared_scratch(const std::string& name) { return test::shared_scratch("train_dp", name); }
 
 // 64 random 1x8x8 images in 4 classes, written by rank 0.
-fs::path tiny_dataset(const fs::path& dir) {
-  fs::path path = dir / "tiny.h5";
-  if (test::world()->rank() == 0) {
-    Generator g(7);
-    Tensor images = randint(0, 256, {kExamples, 1, 8, 8}, DType::UInt8, &g);
-    Tensor labels = randint(0, 4, {kExamples}, DType::Int64, &g);
-    data::DatasetInfo info;
-    info.name = "tiny";
-    info.class_names = {"a", "b", "c", "d"};
-    data::write_image_dataset(path.string(), images, labels, info, {.chunk_rows = 16});
-  }
-  test::world()->barrier();  // the file is complete before the other ranks open it
-  return path;
-}
+fs::path tiny_dataset(const fs::path& dir) { return test::tiny_image_dataset(dir, "tiny.h5", kExamples, 4); }
 
 train::TrainOptions options(const fs::path& data, const fs::path& out) {
   train::TrainOptions o;
@@ -105,34 +82,6 @@ Run run(const train::TrainOptions& o) {
   r.summary = train::run_training(o, log, /*interactive=*/false);
   r.log = log.str();
   return r;
-}
-
-// The trained model a run wrote (rank 0: RUN_DIR/model.safetensors, single-process names): the
-// job's checkpoints hold one directory per rank, which a lone reader cannot load.
-nn::StateDict final_model(const fs::path& dir) {
-  return nn::load_safetensors(dir / "model.safetensors").tensors;
-}
-
-// Largest |a - b| - (atol + rtol |b|) over all entries: <= 0 when close.
-double excess(const nn::StateDict& a, const nn::StateDict& b, double rtol, double atol) {
-  double worst = -1;
-  for (const auto& [name, t] : a) {
-    Tensor x = t.to(DType::Float64).contiguous(), y = b.at(name).to(DType::Float64).contiguous();
-    const double* p = x.data_ptr<double>();
-    const double* q = y.data_ptr<double>();
-    for (int64_t i = 0; i < x.numel(); ++i)
-      worst = std::max(worst, std::abs(p[i] - q[i]) - (atol + rtol * std::abs(q[i])));
-  }
-  return worst;
-}
-
-bool bitwise_equal(const nn::StateDict& a, const nn::StateDict& b) {
-  if (a.keys() != b.keys()) return false;
-  for (const auto& [name, t] : a) {
-    Tensor tc = t.contiguous(), uc = b.at(name).contiguous();
-    if (tc.sizes() != uc.sizes() || std::memcmp(tc.data_ptr(), uc.data_ptr(), tc.nbytes()) != 0) return false;
-  }
-  return true;
 }
 
 int64_t count_lines(const fs::path& path, const std::string& needle) {
@@ -171,9 +120,9 @@ TEST_CASE("train --dp N equals one process with N times the batch, and only rank
   CHECK(acc.summary.steps == steps);
   CHECK(single.summary.steps == steps);
   // float32 sums taken in another order (per-rank matmuls, then the all-reduce), over a few steps.
-  nn::StateDict expected = final_model(dir / ("ref-rank" + std::to_string(world->rank())));
-  CHECK(excess(final_model(dir / "dp"), expected, 1e-4, 1e-5) <= 0);
-  CHECK(excess(final_model(dir / "accum"), expected, 1e-4, 1e-5) <= 0);
+  nn::StateDict expected = model_file(dir / ("ref-rank" + std::to_string(world->rank())));
+  CHECK(excess(model_file(dir / "dp"), expected, 1e-4, 1e-5) <= 0);
+  CHECK(excess(model_file(dir / "accum"), expected, 1e-4, 1e-5) <= 0);
   // Validation covers the whole set on every rank.
   REQUIRE(dp.summary.val_accuracy.has_value());
   CHECK(*dp.summary.val_accuracy == doctest::Approx(*single.summary.val_accuracy).epsilon(1e-9));
@@ -217,7 +166,7 @@ TEST_CASE("train --dp N: a run resumed mid-epoch ends bit-identical to one never
   Run resumed = run(rest);
 
   CHECK(resumed.summary.steps == 2 * kExamples / (kBatch * n));
-  CHECK(bitwise_equal(final_model(dir / "stopped"), final_model(dir / "whole")));
+  CHECK(bitwise_equal(model_file(dir / "stopped"), model_file(dir / "whole")));
   const fs::path step_dir =
       dir / "whole" / nn::CheckpointManager::step_dir_name(2 * kExamples / (kBatch * n));
   for (int r = 0; r < n; ++r) CHECK(fs::exists(step_dir / nn::CheckpointManager::rank_dir_name(r)));

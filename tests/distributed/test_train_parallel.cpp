@@ -36,6 +36,7 @@
 #include "nn/nn.h"
 #include "ops/ops.h"
 #include "tests/distributed/mpi_test_util.h"
+#include "tests/distributed/train_test_util.h"
 #include "tools/train/trainer.h"
 
 using namespace loom;
@@ -43,41 +44,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using test::bitwise_equal;
+using test::excess;
+using test::model_file;
+
 constexpr int64_t kExamples = 64;  // a multiple of dp · batch for dp = 1, 2, 4 and batch 8
 constexpr int64_t kBatch = 8;
 
-// A directory every rank names alike (rank 0's pid, broadcast), so that the ranks of one job
-// share it and concurrent jobs (np2 and np4) do not.
-fs::path shared_scratch(const std::string& name) {
-  auto world = test::world();
-  Tensor pid = full({1}, static_cast<double>(::getpid()), DType::Int64);
-  world->broadcast(pid, 0);
-  fs::path dir =
-      fs::temp_directory_path() / ("loom_train_parallel_" + name + "_np" + std::to_string(world->size()) +
-                                   "_" + std::to_string(pid.item<int64_t>()));
-  if (world->rank() == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  world->barrier();  // the directory exists before any rank uses it
-  return dir;
-}
+fs::path shared_scratch(const std::string& name) { return test::shared_scratch("train_parallel", name); }
 
 // 64 random 1x8x8 images in `classes` classes, written by rank 0.
 fs::path tiny_images(const fs::path& dir, int64_t classes = 4) {
-  fs::path path = dir / ("images" + std::to_string(classes) + ".h5");
-  if (test::world()->rank() == 0) {
-    Generator g(7);
-    Tensor images = randint(0, 256, {kExamples, 1, 8, 8}, DType::UInt8, &g);
-    Tensor labels = randint(0, classes, {kExamples}, DType::Int64, &g);
-    data::DatasetInfo info;
-    info.name = "tiny";
-    for (int64_t c = 0; c < classes; ++c)
-      info.class_names.push_back(std::string(1, static_cast<char>('a' + c)));
-    data::write_image_dataset(path.string(), images, labels, info, {.chunk_rows = 16});
-  }
-  test::world()->barrier();  // the file is complete before the other ranks open it
-  return path;
+  return test::tiny_image_dataset(dir, "images" + std::to_string(classes) + ".h5", kExamples, classes);
 }
 
 // A token stream over a `vocab`-letter alphabet with some structure to learn (runs of letters).
@@ -146,34 +124,6 @@ std::string input_error(const train::TrainOptions& o) {
     return e.what();
   }
   return "";
-}
-
-nn::StateDict model_file(const fs::path& dir) {
-  return nn::load_safetensors(dir / "model.safetensors").tensors;
-}
-
-// Largest |a - b| - (atol + rtol |b|) over all entries: <= 0 when close. Keys must match.
-double excess(const nn::StateDict& a, const nn::StateDict& b, double rtol, double atol) {
-  if (a.keys() != b.keys()) return 1;
-  double worst = -1;
-  for (const auto& [name, t] : a) {
-    Tensor x = t.to(DType::Float64).contiguous(), y = b.at(name).to(DType::Float64).contiguous();
-    if (x.sizes() != y.sizes()) return 1;
-    const double* p = x.data_ptr<double>();
-    const double* q = y.data_ptr<double>();
-    for (int64_t i = 0; i < x.numel(); ++i)
-      worst = std::max(worst, std::abs(p[i] - q[i]) - (atol + rtol * std::abs(q[i])));
-  }
-  return worst;
-}
-
-bool bitwise_equal(const nn::StateDict& a, const nn::StateDict& b) {
-  if (a.keys() != b.keys()) return false;
-  for (const auto& [name, t] : a) {
-    Tensor tc = t.contiguous(), uc = b.at(name).contiguous();
-    if (tc.sizes() != uc.sizes() || std::memcmp(tc.data_ptr(), uc.data_ptr(), tc.nbytes()) != 0) return false;
-  }
-  return true;
 }
 
 // The "loss" of every {"kind":"train"} line of a run's metrics.jsonl, in order.

@@ -1,0 +1,89 @@
+/*
+ * What the tests of `train` under mpirun share (test_train_dp.cpp, test_train_parallel.cpp): a
+ * scratch directory every rank of a job names alike, a tiny image dataset, and the comparisons
+ * of the state dicts two runs end with.
+ */
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "data/data.h"
+#include "nn/nn.h"
+#include "ops/ops.h"
+#include "tests/distributed/mpi_test_util.h"
+
+namespace loom::test {
+
+// A directory every rank names alike (rank 0's pid, broadcast), so that the ranks of one job
+// share it and concurrent jobs (np2 and np4) do not.
+inline std::filesystem::path shared_scratch(const std::string& suite, const std::string& name) {
+  auto group = world();
+  Tensor pid = full({1}, static_cast<double>(::getpid()), DType::Int64);
+  group->broadcast(pid, 0);
+  std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                              ("loom_" + suite + "_" + name + "_np" + std::to_string(group->size()) + "_" +
+                               std::to_string(pid.item<int64_t>()));
+  if (group->rank() == 0) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  group->barrier();  // the directory exists before any rank uses it
+  return dir;
+}
+
+// `examples` random 1x8x8 images in `classes` classes (named "a", "b", ...), written by rank 0
+// to dir/file.
+inline std::filesystem::path tiny_image_dataset(const std::filesystem::path& dir, const std::string& file,
+                                                int64_t examples, int64_t classes) {
+  std::filesystem::path path = dir / file;
+  if (world()->rank() == 0) {
+    Generator g(7);
+    Tensor images = randint(0, 256, {examples, 1, 8, 8}, DType::UInt8, &g);
+    Tensor labels = randint(0, classes, {examples}, DType::Int64, &g);
+    data::DatasetInfo info;
+    info.name = "tiny";
+    for (int64_t c = 0; c < classes; ++c) info.class_names.push_back(std::string(1, static_cast<char>('a' + c)));
+    data::write_image_dataset(path.string(), images, labels, info, {.chunk_rows = 16});
+  }
+  world()->barrier();  // the file is complete before the other ranks open it
+  return path;
+}
+
+// The trained model a run wrote (rank 0: RUN_DIR/model.safetensors, single-process names): a
+// job's checkpoints hold one directory per rank, which a lone reader cannot load.
+inline nn::StateDict model_file(const std::filesystem::path& run_dir) {
+  return nn::load_safetensors(run_dir / "model.safetensors").tensors;
+}
+
+// Largest |a - b| - (atol + rtol |b|) over all entries: <= 0 when close; 1 when the keys or a
+// shape differ.
+inline double excess(const nn::StateDict& a, const nn::StateDict& b, double rtol, double atol) {
+  if (a.keys() != b.keys()) return 1;
+  double worst = -1;
+  for (const auto& [name, t] : a) {
+    Tensor x = t.to(DType::Float64).contiguous(), y = b.at(name).to(DType::Float64).contiguous();
+    if (x.sizes() != y.sizes()) return 1;
+    const double* p = x.data_ptr<double>();
+    const double* q = y.data_ptr<double>();
+    for (int64_t i = 0; i < x.numel(); ++i)
+      worst = std::max(worst, std::abs(p[i] - q[i]) - (atol + rtol * std::abs(q[i])));
+  }
+  return worst;
+}
+
+inline bool bitwise_equal(const nn::StateDict& a, const nn::StateDict& b) {
+  if (a.keys() != b.keys()) return false;
+  for (const auto& [name, t] : a) {
+    Tensor tc = t.contiguous(), uc = b.at(name).contiguous();
+    if (tc.sizes() != uc.sizes() || std::memcmp(tc.data_ptr(), uc.data_ptr(), tc.nbytes()) != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace loom::test
