@@ -1,11 +1,7 @@
 /* The HDF5 C++ layer (see hdf5_file.h). Every function takes the HDF5 lock first. */
 #include "data/hdf5_file.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -402,98 +398,6 @@ void Hdf5File::write_dataset(const std::string& name, DType dtype, const std::ve
                     ": write dataset '", name, "'");
 }
 
-// ---- global heaps ----------------------------------------------------------------------------
-
-namespace {
-
-// Closes a POSIX descriptor when the scope ends.
-struct FdCloser {
-  int fd;
-  ~FdCloser() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-// Reads up to n bytes at offset; returns how many (fewer only at the end of the file).
-size_t pread_some(int fd, uint8_t* out, size_t n, uint64_t offset, const std::string& path) {
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::pread(fd, out + got, n - got, static_cast<off_t>(offset + got));
-    if (r < 0 && errno == EINTR) continue;
-    LOOM_CHECK(r >= 0, path, ": reading it failed: ", std::strerror(errno));
-    if (r == 0) break;
-    got += static_cast<size_t>(r);
-  }
-  return got;
-}
-
-uint64_t read_le(const uint8_t* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-
-}  // namespace
-
-// Variable-length strings (h5py's and Loom's attributes) are stored in global heap
-// collections: "GCOL", version 1, 3 reserved bytes, the collection's size (8 bytes), then
-// objects of [index (2), references (2), reserved (4), size (8), data padded to 8]; index 0
-// is the free space at the end, whose size counts its own header. libhdf5 1.10.8 walks a
-// collection with `p = begin + need` (H5HG__cache_heap_deserialize): a free-space object of
-// size 0 never advances p, and reading such a file hangs in H5Aread forever (found by
-// tests/fuzz/fuzz_hdf5.cpp). So before the first variable-length read, every collection in
-// the file is walked the same way here, and one that would not end inside itself is an error.
-//
-// The same walk refuses an object longer than its collection, which libhdf5 would copy
-// (H5HG_read) from past the collection's buffer, another fuzzer find.
-//
-// Collections are found by their signature, as libhdf5 has no call that lists them; a
-// "GCOL" is taken for one when libhdf5 would take it (version 1); a false match inside raw
-// data would have to fail these checks to matter. The scan reads the file
-// once, 1 MiB at a time, on the first such read of each file.
-void Hdf5File::check_global_heaps() const {
-  Hdf5Lock lock;
-  if (global_heaps_checked_ || file_size_ == std::numeric_limits<uint64_t>::max()) return;
-  FdCloser file{::open(path_.c_str(), O_RDONLY | O_CLOEXEC)};
-  LOOM_CHECK(file.fd >= 0, path_, ": cannot open to check its global heaps: ", std::strerror(errno));
-  constexpr size_t kBlock = size_t{1} << 20;
-  constexpr size_t kHeader = 16;  // of a collection, and of an object in it
-  std::vector<uint8_t> block(kBlock + kHeader);
-  for (uint64_t start = 0; start < file_size_; start += kBlock) {
-    // kHeader bytes of overlap, so that a header straddling two blocks is seen whole.
-    const size_t n = pread_some(file.fd, block.data(), block.size(), start, path_);
-    for (size_t i = 0; i + kHeader <= n && i < kBlock; ++i) {
-      const uint8_t* h = block.data() + i;
-      // libhdf5 checks the signature and the version, and nothing else of the header.
-      if (std::memcmp(h, "GCOL", 4) != 0 || h[4] != 1) continue;
-      const uint64_t at = start + i, size = read_le(h + 8, 8);
-      // libhdf5 allocates the claimed size before it finds the file too short.
-      LOOM_CHECK(size <= file_size_ - at, path_, ": global heap at byte ", at, " claims ", size,
-                 " bytes, past the end of the file (", file_size_, " bytes)");
-      // Walk the objects as libhdf5 will.
-      const uint64_t end = at + size;
-      uint64_t p = at + kHeader;
-      while (p < end) {
-        if (end - p < kHeader) break;  // the last few bytes are free space
-        uint8_t object[kHeader];
-        LOOM_CHECK(pread_some(file.fd, object, kHeader, p, path_) == kHeader, path_, ": global heap at byte ",
-                   at, " is cut off by the end of the file");
-        const uint64_t index = read_le(object, 2), object_size = read_le(object + 8, 8);
-        // Index 0 (free space) counts its header in its size; others are padded to 8 bytes.
-        // (A size past the collection's end is refused as it is, before the padding could wrap.)
-        const uint64_t need =
-            index == 0 || object_size > end - p ? object_size : kHeader + ((object_size + 7) & ~uint64_t{7});
-        LOOM_CHECK(need > 0 && need <= end - p, path_, ": global heap at byte ", at, " is corrupt: object ",
-                   index, " at byte ", p, " has size ", object_size, ", which ",
-                   need == 0 ? "never ends" : "runs past the collection's end",
-                   " (libhdf5 would hang or overread)");
-        p += need;
-      }
-    }
-  }
-  global_heaps_checked_ = true;
-}
-
 // ---- attributes ------------------------------------------------------------------------------
 
 Hdf5Handle Hdf5File::open_owner(const std::string& owner) const {
@@ -543,7 +447,12 @@ std::optional<std::vector<std::string>> Hdf5File::string_list_attribute(const st
   Hdf5Handle memtype(LOOM_HDF5_CHECK(H5Tcopy(H5T_C_S1), path_), H5Tclose);
   LOOM_HDF5_CHECK(H5Tset_cset(memtype.get(), H5Tget_cset(type.get())), path_, ": attribute '", name, "'");
   if (variable > 0) {
-    check_global_heaps();  // variable-length strings are read from global heap collections
+    // libhdf5 follows each string's stored reference into a global heap: check them first.
+    if (file_size_ != std::numeric_limits<uint64_t>::max()) {
+      if (!vlen_guard_) vlen_guard_ = std::make_unique<Hdf5VlenGuard>(file_.get(), path_, file_size_);
+      vlen_guard_->check_attribute(attr.get(), static_cast<uint64_t>(n),
+                                   ::loom::detail::concat(path_, ": attribute '", name, "' of '", owner, "'"));
+    }
     LOOM_HDF5_CHECK(H5Tset_size(memtype.get(), H5T_VARIABLE), path_, ": attribute '", name, "'");
     std::vector<char*> ptrs(static_cast<size_t>(n), nullptr);
     LOOM_HDF5_CHECK(H5Aread(attr.get(), memtype.get(), ptrs.data()), path_, ": read attribute '", name, "'");

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "data/hdf5_vlen_guard.h"
 
 namespace loom::data {
 
@@ -161,14 +162,13 @@ class Hdf5File {
       : path_(std::move(path)), file_(std::move(file)), file_size_(file_size) {}
   Hdf5Handle open_owner(const std::string& owner) const;
   Hdf5Handle open_attribute(const std::string& name, const std::string& owner) const;
-  // Walks the file's global heap collections before libhdf5 reads variable-length data from
-  // them (see the .cpp: libhdf5 1.10 hangs on some corrupt ones). Once per file.
-  void check_global_heaps() const;
 
   std::string path_;
   Hdf5Handle file_;
   uint64_t file_size_;
-  mutable bool global_heaps_checked_ = false;  // under the HDF5 lock
+  // Checks variable-length strings before libhdf5 follows them (hdf5_vlen_guard.h); made at
+  // the first such read, under the HDF5 lock.
+  mutable std::unique_ptr<Hdf5VlenGuard> vlen_guard_;
 };
 
 // The HDF5 memory type for a Loom dtype (H5T_NATIVE_UINT8 ...).
