@@ -364,8 +364,9 @@ TEST_CASE("hdf5 caps: a global heap object longer than its collection is refused
 
 namespace {
 
-// A file with a user block of `user_block` bytes (0: none) and a root attribute "name" that
-// holds the variable-length string "synthetic-name".
+// A file with a user block of `user_block` bytes (0: none) and two root attributes of
+// variable-length strings: "name" = "synthetic-name" and "tags" = ["", "b", ""] (an empty
+// string is stored as a 0-byte heap object).
 std::string named_file(const test::ScratchDir& dir, const std::string& name, hsize_t user_block) {
   const std::string path = dir.file(name);
   const hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
@@ -380,6 +381,13 @@ std::string named_file(const test::ScratchDir& dir, const std::string& name, hsi
   REQUIRE(H5Awrite(attr, type, &value) >= 0);
   H5Aclose(attr);
   H5Sclose(space);
+  const hsize_t n = 3;
+  const hid_t list_space = H5Screate_simple(1, &n, nullptr);
+  const hid_t tags = H5Acreate2(file, "tags", type, list_space, H5P_DEFAULT, H5P_DEFAULT);
+  const char* values[3] = {"", "b", ""};
+  REQUIRE(H5Awrite(tags, type, values) >= 0);
+  H5Aclose(tags);
+  H5Sclose(list_space);
   H5Tclose(type);
   H5Fclose(file);
   H5Pclose(fcpl);
@@ -465,6 +473,7 @@ TEST_CASE("hdf5 caps: stored string references are checked relative to a user bl
   test::ScratchDir dir("hdf5_caps");
   const std::string path = named_file(dir, "user_block.h5", 512);
   CHECK(data::Hdf5File::open(path)->string_attribute("name") == "synthetic-name");
+  CHECK(data::Hdf5File::open(path)->string_list_attribute("tags") == std::vector<std::string>{"", "b", ""});
   CHECK(data::Hdf5File::open(named_file(dir, "plain.h5", 0))->string_attribute("name") == "synthetic-name");
 
   const std::string bytes = read_bytes(path);
