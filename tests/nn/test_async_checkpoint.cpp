@@ -164,7 +164,10 @@ TEST_CASE("async checkpoint: SIGKILL during background writes always leaves the 
       CHECK(previous == 0);
       continue;
     }
-    CHECK(c->note.empty());
+    // The one fallback allowed: the very first save, killed after its directory was renamed
+    // into place and before `latest` was first written. No `latest` can name it earlier.
+    const bool first_save_window = previous == 0 && c->note.starts_with("'latest' is missing;");
+    CHECK_MESSAGE((c->note.empty() || first_save_window), c->note);
     CHECK_MESSAGE(mismatch(*c).empty(), "step ", c->step, ": ", mismatch(*c));
     CHECK(c->step >= committed->load());
     CHECK(c->step >= previous);
