@@ -21,6 +21,7 @@
 
 #include "core/parallel.h"
 #include "nn/serialize/serialize.h"
+#include "tests/nn/checkpoint_test_util.h"
 #include "tests/test_util.h"
 
 using namespace loom;
@@ -164,10 +165,7 @@ TEST_CASE("async checkpoint: SIGKILL during background writes always leaves the 
       CHECK(previous == 0);
       continue;
     }
-    // The one fallback allowed: the very first save, killed after its directory was renamed
-    // into place and before `latest` was first written. No `latest` can name it earlier.
-    const bool first_save_window = previous == 0 && c->note.starts_with("'latest' is missing;");
-    CHECK_MESSAGE((c->note.empty() || first_save_window), c->note);
+    CHECK_MESSAGE((c->note.empty() || test::first_save_fallback(*c, previous)), c->note);
     CHECK_MESSAGE(mismatch(*c).empty(), "step ", c->step, ": ", mismatch(*c));
     CHECK(c->step >= committed->load());
     CHECK(c->step >= previous);

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "nn/serialize/serialize.h"
+#include "tests/nn/checkpoint_test_util.h"
 #include "tests/test_util.h"
 
 using namespace loom;
@@ -357,10 +358,7 @@ TEST_CASE("checkpoint: SIGKILL at random moments always leaves a complete, match
       CHECK(previous_step == 0);
       continue;
     }
-    // Not a fallback: the very first save, killed after its directory was renamed into place
-    // and before `latest` was first written (no `latest` can name it earlier).
-    const bool first_save_window = previous_step == 0 && c->note.starts_with("'latest' is missing;");
-    if (!c->note.empty() && !first_save_window) ++fallbacks;
+    if (!c->note.empty() && !test::first_save_fallback(*c, previous_step)) ++fallbacks;
     const std::string bad = kill_test_mismatch(*c);
     CHECK_MESSAGE(bad.empty(), "step ", c->step, ": ", bad);
     CHECK(c->step >= previous_step);
