@@ -156,7 +156,8 @@ std::shared_ptr<Hdf5File> Hdf5File::open(const std::string& path) {
   LOOM_CHECK(
       seen == size, path, ": is ", size, " bytes on disk but ", seen,
       " bytes to HDF5, which still has it open from before it changed (close every handle to it first)");
-  return std::shared_ptr<Hdf5File>(new Hdf5File(path, std::move(file), size));
+  auto vlen_guard = std::make_unique<Hdf5VlenGuard>(file.get(), path, size);
+  return std::shared_ptr<Hdf5File>(new Hdf5File(path, std::move(file), size, std::move(vlen_guard)));
 }
 
 std::shared_ptr<Hdf5File> Hdf5File::create(const std::string& path) {
@@ -168,7 +169,7 @@ std::shared_ptr<Hdf5File> Hdf5File::create(const std::string& path) {
   hid_t id = LOOM_HDF5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), path,
                              ": cannot create");
   return std::shared_ptr<Hdf5File>(
-      new Hdf5File(path, Hdf5Handle(id, H5Fclose), std::numeric_limits<uint64_t>::max()));
+      new Hdf5File(path, Hdf5Handle(id, H5Fclose), std::numeric_limits<uint64_t>::max(), nullptr));
 }
 
 Hdf5File::~Hdf5File() = default;
@@ -448,11 +449,9 @@ std::optional<std::vector<std::string>> Hdf5File::string_list_attribute(const st
   LOOM_HDF5_CHECK(H5Tset_cset(memtype.get(), H5Tget_cset(type.get())), path_, ": attribute '", name, "'");
   if (variable > 0) {
     // libhdf5 follows each string's stored reference into a global heap: check them first.
-    if (file_size_ != std::numeric_limits<uint64_t>::max()) {
-      if (!vlen_guard_) vlen_guard_ = std::make_unique<Hdf5VlenGuard>(file_.get(), path_, file_size_);
+    if (vlen_guard_)
       vlen_guard_->check_attribute(attr.get(), static_cast<uint64_t>(n),
                                    ::loom::detail::concat(path_, ": attribute '", name, "' of '", owner, "'"));
-    }
     LOOM_HDF5_CHECK(H5Tset_size(memtype.get(), H5T_VARIABLE), path_, ": attribute '", name, "'");
     std::vector<char*> ptrs(static_cast<size_t>(n), nullptr);
     LOOM_HDF5_CHECK(H5Aread(attr.get(), memtype.get(), ptrs.data()), path_, ": read attribute '", name, "'");

@@ -158,17 +158,17 @@ class Hdf5File {
   void close();
 
  private:
-  Hdf5File(std::string path, Hdf5Handle file, uint64_t file_size)
-      : path_(std::move(path)), file_(std::move(file)), file_size_(file_size) {}
+  Hdf5File(std::string path, Hdf5Handle file, uint64_t file_size, std::unique_ptr<Hdf5VlenGuard> vlen_guard)
+      : path_(std::move(path)), file_(std::move(file)), file_size_(file_size), vlen_guard_(std::move(vlen_guard)) {}
   Hdf5Handle open_owner(const std::string& owner) const;
   Hdf5Handle open_attribute(const std::string& name, const std::string& owner) const;
 
   std::string path_;
   Hdf5Handle file_;
   uint64_t file_size_;
-  // Checks variable-length strings before libhdf5 follows them (hdf5_vlen_guard.h); made at
-  // the first such read, under the HDF5 lock.
-  mutable std::unique_ptr<Hdf5VlenGuard> vlen_guard_;
+  // Checks variable-length strings before libhdf5 follows them (hdf5_vlen_guard.h). Null for
+  // a file being written: its strings are Loom's own. Used under the HDF5 lock.
+  std::unique_ptr<Hdf5VlenGuard> vlen_guard_;
 };
 
 // The HDF5 memory type for a Loom dtype (H5T_NATIVE_UINT8 ...).
