@@ -10,6 +10,7 @@
 #include <ostream>
 
 #include "core/dtype.h"
+#include "core/numeric_cast.h"
 
 namespace loom {
 
@@ -42,7 +43,7 @@ class Scalar {
     if constexpr (std::is_same_v<T, bool>) {
       return to_bool();
     } else if constexpr (std::is_integral_v<T>) {
-      return kind_ == Kind::Float ? static_cast<T>(d_) : static_cast<T>(i_);
+      return kind_ == Kind::Float ? numeric_cast<T>(d_) : static_cast<T>(i_);  // core/numeric_cast.h
     } else {
       return static_cast<T>(kind_ == Kind::Float ? d_ : static_cast<double>(i_));
     }

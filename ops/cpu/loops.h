@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "core/dtype.h"
+#include "core/numeric_cast.h"
 #include "core/parallel.h"
 #include "core/tensor.h"
 
@@ -135,10 +136,10 @@ void unary_loop(const Tensor& out, const Tensor& in, const F& f, int64_t grain =
     Out* o = reinterpret_cast<Out*>(p[0]);
     const In* a = reinterpret_cast<const In*>(p[1]);
     if (s[0] == sizeof(Out) && s[1] == sizeof(In)) {
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(f(static_cast<opmath_t<In>>(a[i])));
+      for (int64_t i = 0; i < n; ++i) o[i] = numeric_cast<Out>(f(static_cast<opmath_t<In>>(a[i])));
     } else {
       const int64_t so = s[0] / static_cast<int64_t>(sizeof(Out)), sa = s[1] / static_cast<int64_t>(sizeof(In));
-      for (int64_t i = 0; i < n; ++i) o[i * so] = static_cast<Out>(f(static_cast<opmath_t<In>>(a[i * sa])));
+      for (int64_t i = 0; i < n; ++i) o[i * so] = numeric_cast<Out>(f(static_cast<opmath_t<In>>(a[i * sa])));
     }
   });
 }
@@ -153,17 +154,17 @@ void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, const F& f
     const In* __restrict y = reinterpret_cast<const In*>(p[2]);
     constexpr int64_t so1 = sizeof(Out), si1 = sizeof(In);
     if (s[0] == so1 && s[1] == si1 && s[2] == si1) {
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(f(static_cast<M>(x[i]), static_cast<M>(y[i])));
+      for (int64_t i = 0; i < n; ++i) o[i] = numeric_cast<Out>(f(static_cast<M>(x[i]), static_cast<M>(y[i])));
     } else if (s[0] == so1 && s[1] == si1 && s[2] == 0) {
       const M yv = static_cast<M>(*y);
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(f(static_cast<M>(x[i]), yv));
+      for (int64_t i = 0; i < n; ++i) o[i] = numeric_cast<Out>(f(static_cast<M>(x[i]), yv));
     } else if (s[0] == so1 && s[1] == 0 && s[2] == si1) {
       const M xv = static_cast<M>(*x);
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(f(xv, static_cast<M>(y[i])));
+      for (int64_t i = 0; i < n; ++i) o[i] = numeric_cast<Out>(f(xv, static_cast<M>(y[i])));
     } else {
       const int64_t so = s[0] / so1, sx = s[1] / si1, sy = s[2] / si1;
       for (int64_t i = 0; i < n; ++i)
-        o[i * so] = static_cast<Out>(f(static_cast<M>(x[i * sx]), static_cast<M>(y[i * sy])));
+        o[i * so] = numeric_cast<Out>(f(static_cast<M>(x[i * sx]), static_cast<M>(y[i * sy])));
     }
   });
 }
