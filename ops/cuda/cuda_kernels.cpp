@@ -1,5 +1,5 @@
 /*
- * The C++ side of the CUDA copy and fill kernels: turns tensors into the plain layouts of
+ * The C++ side of the CUDA copy and fill kernels, and the registration of every family: turns tensors into the plain layouts of
  * ops/cuda/launchers.h and moves bytes between host and device.
  *
  * Synchronisation: everything runs on the legacy default stream, which orders these
@@ -71,9 +71,19 @@ void fill_kernel(const Tensor& dst, Scalar value) {
 
 }  // namespace
 
-void register_cuda_kernels() {
+void register_copy_cuda_kernels() {
   register_kernel<Op::copy>(DeviceType::CUDA, copy_kernel);
   register_kernel<Op::fill>(DeviceType::CUDA, fill_kernel);
+}
+
+void register_cuda_kernels() {
+  register_copy_cuda_kernels();
+  register_elementwise_cuda_kernels();
+  register_reduction_cuda_kernels();
+  register_nn_cuda_kernels();
+  register_linalg_cuda_kernels();
+  register_conv_pool_cuda_kernels();
+  register_shape_cuda_kernels();
 }
 
 }  // namespace loom::cuda

@@ -1,0 +1,3 @@
+/*
+ * The CUDA caching allocator (filled in by the CUDA backend work).
+ */

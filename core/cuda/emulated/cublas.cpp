@@ -1,0 +1,3 @@
+/*
+ * Emulated cuBLAS (filled in by the CUDA backend work).
+ */
