@@ -63,6 +63,7 @@ struct BenchCase {
   std::string description;
   std::function<Workload()> prepare;
   Measure measure;  // instead of prepare
+  std::string device = "cpu";  // `bench --device` runs the cases of one device
 };
 
 // Cases by layer (cases.cpp: ops, autograd_cases.cpp, data_cases.cpp ...).
@@ -73,6 +74,7 @@ std::vector<BenchCase> nn_cases();
 std::vector<BenchCase> quant_cases();    // quant_cases.cpp: INT8 inference
 std::vector<BenchCase> distill_cases();  // distill_cases.cpp: knowledge distillation
 std::vector<BenchCase> checkpoint_cases();  // checkpoint_cases.cpp: the pause a checkpoint causes
+std::vector<BenchCase> cuda_cases();        // cuda_cases.cpp: `bench --device cuda`
 
 const std::vector<BenchCase>& all_cases();
 

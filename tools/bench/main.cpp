@@ -6,6 +6,7 @@
  *
  *   bench --list
  *   bench --case matmul_f32_1024 --threads 2 --json
+ *   bench --device cuda --json        (the GPU cases; a clear error without a GPU)
  */
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "core/cuda.h"
 #include "ops/ops.h"
 #include "tools/bench/bench.h"
 
@@ -23,7 +25,9 @@ int main(int argc, char** argv) {
   int threads = loom::get_num_threads();
   int samples = 7;
   double min_time = 0.25;
+  std::string device = "cpu";
   app.add_flag("--list", list, "List the cases and exit");
+  app.add_option("--device", device, "Run the cases of this device: cpu or cuda")->capture_default_str();
   app.add_option("--case", selected, "Run only these cases (repeatable; default: all)");
   app.add_option("--threads", threads, "Intra-op threads (default: number of cores)")->capture_default_str();
   app.add_flag("--json", json, "Print one JSON object per line");
@@ -34,7 +38,8 @@ int main(int argc, char** argv) {
   try {
     const auto& cases = loom::bench::all_cases();
     if (list) {
-      for (const auto& c : cases) std::printf("%-28s %s (%s)\n", c.name.c_str(), c.description.c_str(), c.unit.c_str());
+      for (const auto& c : cases)
+        std::printf("%-28s %-4s %s (%s)\n", c.name.c_str(), c.device.c_str(), c.description.c_str(), c.unit.c_str());
       return 0;
     }
     for (const auto& name : selected) {
@@ -42,14 +47,19 @@ int main(int argc, char** argv) {
       LOOM_CHECK(known, "bench: unknown case '", name, "' (see --list)");
     }
     LOOM_CHECK(samples >= 1 && min_time > 0, "bench: --samples must be >= 1 and --min-time > 0");
+    LOOM_CHECK(device == "cpu" || device == "cuda", "bench: --device must be cpu or cuda, got '", device, "'");
+    LOOM_CHECK(device != "cuda" || cuda::is_available(), "bench: --device cuda needs a GPU and a Loom built with CUDA (",
+               LOOM_WITH_CUDA ? "this build has the CUDA backend but no GPU is available" : "this build has no CUDA backend",
+               ")");
     loom::set_num_threads(threads);
     loom::manual_seed(0);
     for (const auto& c : cases) {
-      if (!selected.empty() && std::find(selected.begin(), selected.end(), c.name) == selected.end()) continue;
+      const bool named = std::find(selected.begin(), selected.end(), c.name) != selected.end();
+      if (selected.empty() ? c.device != device : !named) continue;
       if (c.measure) {  // a self-measuring case: one line per metric
         for (const auto& m : c.measure({samples, min_time})) {
           if (json) {
-            nlohmann::json j = {{"case", c.name},   {"device", "cpu"}, {"threads", threads},
+            nlohmann::json j = {{"case", c.name},   {"device", c.device}, {"threads", threads},
                                 {"metric", m.metric}, {"value", m.value}, {"unit", m.unit}};
             std::cout << j.dump() << std::endl;
           } else {
@@ -64,7 +74,7 @@ int main(int argc, char** argv) {
       loom::bench::Timing m = loom::bench::time_median(w.run, {samples, min_time});
       double value = w.amount / m.seconds_per_call / c.scale;
       if (json) {
-        nlohmann::json j = {{"case", c.name},   {"device", "cpu"},  {"threads", threads},
+        nlohmann::json j = {{"case", c.name},   {"device", c.device},  {"threads", threads},
                             {"metric", c.metric}, {"value", value},   {"unit", c.unit},
                             {"median_s", m.seconds_per_call}, {"samples", m.samples},
                             {"calls_per_sample", m.calls_per_sample}};

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/cuda.h"
 #include "core/error.h"
 
 namespace loom::train {
@@ -169,6 +170,8 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
   app.add_option("--checkpoint-every", o.checkpoint_every, "Steps between checkpoints (0: only at the end)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--threads", o.threads, "Compute threads (0: every core)")->check(CLI::NonNegativeNumber);
+  app.add_option("--device", o.device, "cpu, or cuda: train on GPU 0 (needs a build with the CUDA backend)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--trace", o.trace,
                  "Write a Chrome trace (chrome://tracing, Perfetto) of the run to this file; with --pp, "
                  "also the pipeline's micro-batches on every rank to FILE's name + .pipeline.json");
@@ -266,6 +269,20 @@ void validate(const TrainOptions& o) {
          std::to_string(o.heads));
   if (o.schedule == "cosine" && o.warmup < 0) fail("--warmup must be >= 0");
   validate_parallelism(o);
+  validate_device(o);
+}
+
+void validate_device(const TrainOptions& o) {
+  if (o.device != "cuda") return;
+  if (!LOOM_WITH_CUDA)
+    fail("--device cuda: this Loom was built without the CUDA backend (configure with -DLOOM_WITH_CUDA=ON, "
+         "or EMULATED to run the CUDA kernels on the CPU)");
+  if (!cuda::is_available())
+    fail("--device cuda: no usable GPU (no CUDA driver or device on this machine); use --device cpu");
+  // The GPU paths of these come with the next CUDA work (NCCL, GPU autocast, the teacher on the GPU).
+  if (o.dp * o.tp * o.pp > 1) fail("--device cuda: --dp/--tp/--pp need the NCCL backend, not built yet; use --device cpu");
+  if (o.amp != "none") fail("--device cuda: --amp " + o.amp + " on the GPU is not available yet; drop --amp");
+  if (!o.teacher.empty()) fail("--device cuda: --teacher is not available on the GPU yet; use --device cpu");
 }
 
 void validate_parallelism(const TrainOptions& o) {
@@ -386,6 +403,7 @@ nlohmann::json to_json(const TrainOptions& o) {
   if (o.zero != 0) j["zero"] = o.zero;
   if (o.collective_timeout != 300) j["collective-timeout"] = o.collective_timeout;
   if (o.train_examples != 0) j["train-examples"] = o.train_examples;
+  if (o.device != "cpu") j["device"] = o.device;
   if (!o.teacher.empty()) {
     j["teacher"] = o.teacher;
     j["kd-temperature"] = o.kd_temperature;

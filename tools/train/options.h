@@ -53,6 +53,7 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;  // steps; 0: only at the end
   bool checkpoint_async = false;  // write checkpoints on a background thread (nn::AsyncCheckpointer)
   int threads = 0;               // 0: every core
+  std::string device = "cpu";    // cpu | cuda (GPU 0)
   std::string trace;
   // Sampling from a GPT checkpoint.
   bool generate = false;
@@ -91,6 +92,8 @@ ParseOutcome parse_options(int argc, const char* const* argv);
 void validate(const TrainOptions& options);
 // The part of validate() about --dp, --tp, --pp, --microbatches and --zero.
 void validate_parallelism(const TrainOptions& options);
+// The part of validate() about --device: cuda needs the CUDA backend and a GPU.
+void validate_device(const TrainOptions& options);
 
 // The resolved options as config.json holds them, and back (unknown keys throw).
 nlohmann::json to_json(const TrainOptions& options);

@@ -413,17 +413,26 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool us
              std::to_string(per_replica) + " per replica, --batch " + std::to_string(o.batch) +
              "); choose --train-examples or --batch so that it does");
     }
+    // --device cuda: batches arrive on the GPU, copied asynchronously from pinned memory.
+    const Device device = o.device == "cuda" ? Device::cuda() : Device(kCPU);
     data::DataLoader loader(d.train,
                             data::DataLoaderOptions()
                                 .batch_size(o.batch)
                                 .shuffle(sampler == nullptr)
                                 .seed(o.seed)
-                                .workers(o.workers),
+                                .workers(o.workers)
+                                .device(device)
+                                .pin_memory(device.is_cuda()),
                             d.train_transform, sampler);
     std::unique_ptr<data::DataLoader> val_loader;
     if (d.val)
       val_loader = std::make_unique<data::DataLoader>(
-          d.val, data::DataLoaderOptions().batch_size(std::max<int64_t>(o.batch, 256)).workers(o.workers),
+          d.val,
+          data::DataLoaderOptions()
+              .batch_size(std::max<int64_t>(o.batch, 256))
+              .workers(o.workers)
+              .device(device)
+              .pin_memory(device.is_cuda()),
           d.val_transform,
           job.data_size() > 1
               ? std::make_shared<ShardSampler>(d.val->size(), job.data_size(), job.data_rank())
@@ -433,6 +442,7 @@ TrainSummary run_training(const TrainOptions& o, std::ostream& user_out, bool us
     // The whole model on every rank (the same draw everywhere), of which this rank keeps its piece:
     // all of it without --tp/--pp. Checkpoints hold the piece; model.safetensors the whole.
     std::shared_ptr<nn::Module> model = make_model(o, d);
+    if (device.is_cuda()) model->to(device);  // drawn on the CPU: the same initial weights on both devices
     job.build(model);
     // What the plain path's forward runs through: the model, or its DDP wrapper.
     nn::Module* trained = &job.trained();

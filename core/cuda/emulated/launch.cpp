@@ -69,7 +69,11 @@ struct Block {
   const char* site_file = nullptr;  // the __syncthreads of the current round
   int site_line = 0;
   unsigned site_thread = 0;
-  uint64_t index = 0;  // linear block index being run
+  // The linear index of the block being run. Read without the mutex at the start of a block:
+  // taking a lock there would order every thread after the ones that already finished their
+  // body (through the mutex), hiding from ThreadSanitizer the very races a missing
+  // __syncthreads causes. The value is ordered by the end-of-block wait instead.
+  std::atomic<uint64_t> index{0};
   std::vector<std::unique_ptr<Warp>> warps;
   std::vector<unsigned char> dynamic_shared;
 };
@@ -179,7 +183,7 @@ void finish_thread(Launch& launch) {
   if (++b.exited == b.threads) {
     // End of the block: the next one starts with fresh barrier and warp state.
     b.exited = 0;
-    ++b.index;
+    b.index.store(b.index.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     for (auto& w : b.warps) {
       w->exited = 0;
       w->arrived = 0;
@@ -222,11 +226,7 @@ void cooperative_worker(Launch& launch, unsigned linear) {
   tls_thread = ThreadContext{&launch, linear, true};
   try {
     for (;;) {
-      uint64_t index;
-      {
-        std::lock_guard<std::mutex> lock(launch.block.mutex);
-        index = launch.block.index;
-      }
+      const uint64_t index = launch.block.index.load(std::memory_order_relaxed);
       if (index >= launch.num_blocks || launch.aborting) break;
       set_position(*launch.spec, index, linear);
       run_body(launch);

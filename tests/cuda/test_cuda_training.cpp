@@ -1,0 +1,171 @@
+/*
+ * Training end to end on CUDA (emulated CUDA in CI, the GPU where there is one): the MLP on a
+ * Fashion-MNIST subset follows the CPU's loss curve step for step; the CNN and a small GPT train
+ * a few steps with finite, decreasing loss; `train --device cuda` runs, and refuses clearly where
+ * there is no CUDA backend or no GPU.
+ */
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+#include <vector>
+
+#include "core/cuda.h"
+#include "core/random.h"
+#include "data/builtin_datasets.h"
+#include "data/dataset_writer.h"
+#include "data/idx_reader.h"
+#include "nn/loss.h"
+#include "nn/models/gpt.h"
+#include "nn/models/mlp.h"
+#include "nn/models/small_cnn.h"
+#include "nn/optim/adam.h"
+#include "nn/optim/sgd.h"
+#include "ops/ops.h"
+#include "tests/gpu_test.h"
+#include "tools/train/options.h"
+#include "tools/train/trainer.h"
+
+using namespace loom;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The first n Fashion-MNIST training images as float [n, 784] (standardised) and labels [n].
+std::pair<Tensor, Tensor> fashion_mnist_subset(int64_t n) {
+  const std::string dir = data::kFashionMnistDir;
+  data::IdxArray images = data::read_idx(dir + "/train-images-idx3-ubyte.gz");
+  data::IdxArray labels = data::read_idx(dir + "/train-labels-idx1-ubyte.gz");
+  std::vector<uint8_t> pixels(images.data.begin(), images.data.begin() + n * 784);
+  std::vector<int64_t> classes(labels.data.begin(), labels.data.begin() + n);
+  Tensor x = tensor<uint8_t>(pixels, {n, 784}).to(kFloat32).div(255.0).sub(0.286).div(0.353);
+  return {x, tensor<int64_t>(classes, {n})};
+}
+
+}  // namespace
+
+TEST_CASE("training: the MLP on a Fashion-MNIST subset follows the CPU's loss curve on CUDA") {
+  LOOM_REQUIRE_GPU();
+  REQUIRE_MESSAGE(fs::exists(std::string(data::kFashionMnistDir) + "/train-images-idx3-ubyte.gz"),
+                  "install Debian's dataset-fashion-mnist");
+  auto [x, y] = fashion_mnist_subset(512);
+  manual_seed(7);
+  nn::MLP cpu_model({784, 64, 10});
+  manual_seed(7);
+  nn::MLP gpu_model({784, 64, 10});
+  gpu_model.to(Device::cuda());
+  nn::SGD cpu_opt(cpu_model.parameters(), {.lr = 0.05, .momentum = 0.9});
+  nn::SGD gpu_opt(gpu_model.parameters(), {.lr = 0.05, .momentum = 0.9});
+  Tensor gx = x.to(Device::cuda()), gy = y.to(Device::cuda());
+  constexpr int64_t kBatch = 32, kSteps = 300;
+  double first = 0, last = 0, worst = 0;
+  for (int64_t step = 0; step < kSteps; ++step) {
+    const int64_t begin = (step * kBatch) % 512;
+    cpu_opt.zero_grad();
+    gpu_opt.zero_grad();
+    Tensor cpu_loss = nn::functional::cross_entropy(cpu_model.forward(x.slice(0, begin, begin + kBatch)),
+                                                    y.slice(0, begin, begin + kBatch));
+    Tensor gpu_loss = nn::functional::cross_entropy(gpu_model.forward(gx.slice(0, begin, begin + kBatch)),
+                                                    gy.slice(0, begin, begin + kBatch));
+    cpu_loss.backward();
+    gpu_loss.backward();
+    cpu_opt.step();
+    gpu_opt.step();
+    const double c = cpu_loss.item<double>(), g = gpu_loss.item<double>();
+    REQUIRE(std::isfinite(g));
+    worst = std::max(worst, std::abs(c - g) / std::max(1.0, std::abs(c)));
+    if (step == 0) first = c;
+    last = c;
+  }
+  MESSAGE("loss ", first, " -> ", last, " over ", kSteps, " steps; largest CPU/CUDA difference ", worst);
+  CHECK(last < 0.5 * first);
+  // f32 sums in a different order on each backend: the curves agree to far better than 1e-3.
+  CHECK(worst < 1e-3);
+  // The weights agree too.
+  auto cpu_params = cpu_model.parameters(), gpu_params = gpu_model.parameters();
+  for (size_t i = 0; i < cpu_params.size(); ++i)
+    CHECK(allclose(gpu_params[i].to(kCPU), cpu_params[i], 1e-3, 1e-4));
+}
+
+TEST_CASE("training: the CNN and a small GPT train on CUDA with finite, decreasing loss") {
+  LOOM_REQUIRE_GPU();
+  manual_seed(3);
+  {
+    nn::SmallCNN cnn(1, 10, 16);
+    cnn.to(Device::cuda());
+    nn::SGD opt(cnn.parameters(), {.lr = 0.05, .momentum = 0.9});
+    Tensor x = randn({8, 1, 16, 16}).to(Device::cuda()), y = randint(0, 10, {8}).to(Device::cuda());
+    std::vector<double> losses;
+    for (int step = 0; step < 6; ++step) {
+      opt.zero_grad();
+      Tensor loss = nn::functional::cross_entropy(cnn.forward(x), y);
+      loss.backward();
+      opt.step();
+      losses.push_back(loss.item<double>());
+      REQUIRE(std::isfinite(losses.back()));
+    }
+    MESSAGE("CNN loss ", losses.front(), " -> ", losses.back());
+    CHECK(losses.back() < losses.front());
+  }
+  {
+    nn::GPT gpt(nn::GPTConfig{.vocab_size = 17, .context = 8, .n_layers = 1, .n_heads = 2, .d_model = 16});
+    gpt.to(Device::cuda());
+    nn::AdamW opt(gpt.parameters(), {.lr = 1e-2, .weight_decay = 0.0});
+    Tensor tokens = randint(0, 17, {4, 9});
+    Tensor input = tokens.slice(1, 0, 8).contiguous().to(Device::cuda());
+    Tensor target = tokens.slice(1, 1).contiguous().to(Device::cuda());
+    std::vector<double> losses;
+    for (int step = 0; step < 6; ++step) {
+      opt.zero_grad();
+      Tensor logits = gpt.forward(input);
+      Tensor loss = nn::functional::cross_entropy(logits.reshape({-1, 17}), target.reshape({-1}));
+      loss.backward();
+      opt.step();
+      losses.push_back(loss.item<double>());
+      REQUIRE(std::isfinite(losses.back()));
+    }
+    MESSAGE("GPT loss ", losses.front(), " -> ", losses.back());
+    CHECK(losses.back() < losses.front());
+  }
+}
+
+TEST_CASE("training: train --device cuda runs where CUDA is, and refuses clearly where it is not") {
+  fs::path dir = fs::temp_directory_path() / ("loom_cuda_train_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  Generator g(42);
+  data::DatasetInfo info;
+  info.name = "tiny";
+  info.class_names = {"a", "b", "c", "d"};
+  const std::string data_path = (dir / "tiny.h5").string();
+  data::write_image_dataset(data_path, randint(0, 256, {48, 1, 8, 8}, DType::UInt8, &g),
+                            randint(0, 4, {48}, DType::Int64, &g), info, {.chunk_rows = 16});
+  train::TrainOptions o;
+  o.data = data_path;
+  o.out = (dir / "run").string();
+  o.hidden = "16";
+  o.batch = 16;
+  o.epochs = 2;
+  o.workers = 1;
+  o.device = "cuda";
+  std::ostringstream log;
+  if (!LOOM_WITH_CUDA || !cuda::is_available()) {
+    try {
+      train::run_training(o, log, false);
+      FAIL("train --device cuda ran without CUDA");
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      CHECK(message.find("--device cuda") != std::string::npos);
+      CHECK(message.find(LOOM_WITH_CUDA ? "no usable GPU" : "built without the CUDA backend") != std::string::npos);
+    }
+  } else {
+    train::TrainSummary summary = train::run_training(o, log, false);
+    CHECK(summary.steps == 6);
+    CHECK(fs::exists(dir / "run" / "model.safetensors"));
+    INFO(log.str());
+    CHECK(log.str().find("nan") == std::string::npos);
+  }
+  fs::remove_all(dir);
+}

@@ -1,0 +1,97 @@
+/*
+ * Bench cases on the GPU (`bench --device cuda`), with the shapes of the CUDA backend issue and
+ * of the PyTorch anchors (../shared/anchors/gpu/torch_gpu_anchors.py and
+ * tools/bench/torch_cuda_extra.py), so that both sides run the same workload:
+ *   cuda_copy_f32_256M       device-to-device copy of 2^28 float32 (the bandwidth ceiling),
+ *                            GB/s = 2 * 4 * 2^28 / t
+ *   cuda_add_f32_256M        c = a + b over 2^28 float32, GB/s = 3 * 4 * 2^28 / t; the bar is
+ *                            >= 70% of the copy rate
+ *   cuda_softmax_bf16_8192   softmax over the last dim of 8192 x 8192 bf16, GB/s = 2 * 2 * 8192^2 / t
+ *   cuda_layer_norm_bf16_8192  layer norm (affine) over the last dim, same traffic
+ *   cuda_matmul_bf16_8192    C = A B, 8192^3 bf16 (cuBLAS, f32 accumulation), TFLOP/s
+ *   cuda_matmul_f32_4096     the same in float32 with TF32 off
+ *   cuda_mlp_train           MLP 784-512-512-10 training step, SGD momentum, batch 128
+ * Every workload ends with cuda::synchronize(), so a timed call covers the kernels it queued.
+ */
+#include <memory>
+
+#include "core/cuda.h"
+#include "nn/loss.h"
+#include "nn/models/mlp.h"
+#include "nn/optim/sgd.h"
+#include "ops/ops.h"
+#include "tools/bench/bench.h"
+
+namespace loom::bench {
+
+namespace {
+
+constexpr int64_t n256m = int64_t{1} << 28;
+
+Device gpu() { return Device::cuda(); }
+
+BenchCase gpu_case(std::string name, std::string metric, std::string unit, double scale, std::string description,
+                   std::function<Workload()> prepare) {
+  BenchCase c(std::move(name), std::move(metric), std::move(unit), scale, std::move(description),
+              [prepare] {
+                Workload w = prepare();
+                auto run = w.run;
+                w.run = [run] {
+                  run();
+                  cuda::synchronize();  // the kernels of this call have finished
+                };
+                return w;
+              });
+  c.device = "cuda";
+  return c;
+}
+
+}  // namespace
+
+std::vector<BenchCase> cuda_cases() {
+  std::vector<BenchCase> c;
+  c.push_back(gpu_case("cuda_copy_f32_256M", "gbytes_per_s", "GB/s", 1e9, "device-to-device copy of 2^28 float32", [] {
+    Tensor a = randn({n256m}, gpu()), b = empty({n256m}, gpu());
+    return Workload{[a, b] { b.copy_(a); }, 2.0 * 4 * n256m};
+  }));
+  c.push_back(gpu_case("cuda_add_f32_256M", "gbytes_per_s", "GB/s", 1e9, "c = a + b over 2^28 float32", [] {
+    Tensor a = randn({n256m}, gpu()), b = randn({n256m}, gpu());
+    return Workload{[a, b] { (void)add(a, b); }, 3.0 * 4 * n256m};
+  }));
+  c.push_back(gpu_case("cuda_softmax_bf16_8192", "gbytes_per_s", "GB/s", 1e9, "softmax over the last dim, 8192 x 8192 bf16",
+                       [] {
+                         Tensor x = randn({8192, 8192}, gpu()).to(kBFloat16);
+                         return Workload{[x] { (void)softmax(x, -1); }, 2.0 * 2 * 8192 * 8192};
+                       }));
+  c.push_back(gpu_case("cuda_layer_norm_bf16_8192", "gbytes_per_s", "GB/s", 1e9,
+                       "layer norm over the last dim with weight and bias, 8192 x 8192 bf16", [] {
+                         Tensor x = randn({8192, 8192}, gpu()).to(kBFloat16);
+                         Tensor w = ones({8192}, gpu()).to(kBFloat16), b = zeros({8192}, gpu()).to(kBFloat16);
+                         return Workload{[x, w, b] { (void)layer_norm(x, {8192}, w, b, 1e-5); }, 2.0 * 2 * 8192 * 8192};
+                       }));
+  for (auto [name, dtype, n] : {std::tuple{"cuda_matmul_bf16_8192", kBFloat16, int64_t{8192}},
+                                std::tuple{"cuda_matmul_f32_4096", kFloat32, int64_t{4096}}}) {
+    c.push_back(gpu_case(name, "tflops", "TFLOP/s", 1e12, "square matmul C = A B on cuBLAS", [dtype, n] {
+      Tensor a = randn({n, n}, gpu()).to(dtype), b = randn({n, n}, gpu()).to(dtype);
+      return Workload{[a, b] { (void)matmul(a, b); }, 2.0 * n * n * n};
+    }));
+  }
+  c.push_back(gpu_case("cuda_mlp_train", "samples_per_s", "samples/s", 1,
+                       "MLP 784-512-512-10 training step on the GPU, SGD momentum, batch 128", [] {
+                         constexpr int64_t kBatch = 128;
+                         auto model = std::make_shared<nn::MLP>(std::vector<int64_t>{784, 512, 512, 10});
+                         model->to(gpu());
+                         auto optimizer = std::make_shared<nn::SGD>(model->parameters(),
+                                                                    nn::SGDOptions{.lr = 0.01, .momentum = 0.9});
+                         Tensor input = randn({kBatch, 784}, gpu()), target = randint(0, 10, {kBatch}).to(gpu());
+                         return Workload{[model, optimizer, input, target] {
+                                           optimizer->zero_grad();
+                                           nn::functional::cross_entropy(model->forward(input), target).backward();
+                                           optimizer->step();
+                                         },
+                                         static_cast<double>(kBatch)};
+                       }));
+  return c;
+}
+
+}  // namespace loom::bench

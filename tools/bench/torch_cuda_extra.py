@@ -1,0 +1,61 @@
+"""PyTorch side of `bench --device cuda` cases that torch_gpu_anchors.py does not cover, on the
+same GPU and with the same shapes as tools/bench/cuda_cases.cpp: add of 2^28 float32, softmax and
+layer norm of 8192 x 8192 bf16, matmul f32 4096 (TF32 off), the MLP training step at batch 128.
+Timed with CUDA events, median of 20 after warm-up. One JSON line per case.
+
+    python3 tools/bench/torch_cuda_extra.py
+"""
+import json
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+dev = "cuda"
+
+
+def timed(fn, warm=5, reps=20):
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(); fn(); b.record(); b.synchronize()
+        ts.append(a.elapsed_time(b) / 1e3)
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def emit(case, **kw):
+    print(json.dumps({"case": case, **kw}), flush=True)
+
+
+n = 1 << 28
+a, b = torch.randn(n, device=dev), torch.randn(n, device=dev)
+s = timed(lambda: torch.add(a, b))
+emit("add_f32_256M", gbytes_per_s=round(3 * 4 * n / s / 1e9, 1))
+del a, b
+x = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+s = timed(lambda: torch.softmax(x, -1))
+emit("softmax_bf16_8192", gbytes_per_s=round(2 * 2 * 8192 * 8192 / s / 1e9, 1))
+w, bias = torch.ones(8192, device=dev, dtype=torch.bfloat16), torch.zeros(8192, device=dev, dtype=torch.bfloat16)
+s = timed(lambda: F.layer_norm(x, (8192,), w, bias, 1e-5))
+emit("layer_norm_bf16_8192", gbytes_per_s=round(2 * 2 * 8192 * 8192 / s / 1e9, 1))
+torch.backends.cuda.matmul.allow_tf32 = False
+p, q = torch.randn(4096, 4096, device=dev), torch.randn(4096, 4096, device=dev)
+s = timed(lambda: p @ q)
+emit("matmul_f32_4096", tflops=round(2 * 4096**3 / s / 1e12, 1))
+model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)).to(dev)
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+xi, yi = torch.randn(128, 784, device=dev), torch.randint(0, 10, (128,), device=dev)
+
+
+def step():
+    opt.zero_grad(set_to_none=True)
+    F.cross_entropy(model(xi), yi).backward()
+    opt.step()
+
+
+s = timed(step)
+emit("mlp_train_b128", samples_per_s=round(128 / s))
