@@ -52,7 +52,7 @@ std::vector<BenchCase> cuda_cases() {
   std::vector<BenchCase> c;
   c.push_back(gpu_case("cuda_copy_f32_256M", "gbytes_per_s", "GB/s", 1e9, "device-to-device copy of 2^28 float32", [] {
     Tensor a = randn({n256m}, gpu()), b = empty({n256m}, gpu());
-    return Workload{[a, b] { b.copy_(a); }, 2.0 * 4 * n256m};
+    return Workload{[a, b]() mutable { b.copy_(a); }, 2.0 * 4 * n256m};
   }));
   c.push_back(gpu_case("cuda_add_f32_256M", "gbytes_per_s", "GB/s", 1e9, "c = a + b over 2^28 float32", [] {
     Tensor a = randn({n256m}, gpu()), b = randn({n256m}, gpu());
