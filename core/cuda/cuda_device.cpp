@@ -1,17 +1,13 @@
 /*
- * CUDA device queries and the device allocator.
- *
- * The allocator here is the plain one: cudaMalloc/cudaFree on the current device. The
- * caching allocator (per-stream free lists, size classes, block splitting) replaces it in
- * the CUDA backend issue. cudaFree synchronises the device, which is why that one matters.
+ * CUDA device queries, and the public memory functions of core/cuda.h over the process's
+ * caching allocator (core/cuda/caching_allocator.h), which is the allocator registered for
+ * DeviceType::CUDA (core/allocator.cpp asks device_allocator() for it).
  */
 #include <cuda_runtime_api.h>
 
-#include <atomic>
-#include <mutex>
-
 #include "core/allocator.h"
 #include "core/cuda.h"
+#include "core/cuda/caching_allocator.h"
 #include "core/cuda/cuda_check.h"
 
 namespace loom::cuda {
@@ -43,45 +39,20 @@ void synchronize() {
   if (device_count() > 0) LOOM_CUDA_CHECK(cudaDeviceSynchronize());  // waits for every stream's work
 }
 
-namespace {
-
-class CudaDeviceAllocator final : public Allocator {
- public:
-  void* allocate(size_t nbytes) override {
-    LOOM_CHECK(device_count() > 0, "cuda: cannot allocate ", nbytes,
-               " bytes: no CUDA device is available (no driver or no GPU on this machine)");
-    void* p = nullptr;
-    if (nbytes > 0) LOOM_CUDA_CHECK(cudaMalloc(&p, nbytes));
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++stats_.num_allocs;
-    stats_.allocated_bytes += nbytes;
-    stats_.reserved_bytes = stats_.allocated_bytes;
-    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
-    return p;
-  }
-  void deallocate(void* ptr, size_t nbytes) override {
-    if (ptr) (void)cudaFree(ptr);  // never throw from a destructor path
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.allocated_bytes -= nbytes;
-    stats_.reserved_bytes = stats_.allocated_bytes;
-  }
-  Device device() const override { return Device::cuda(0); }
-  AllocatorStats stats() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return stats_;
-  }
-  void empty_cache() override {}  // nothing is cached
-
- private:
-  mutable std::mutex mutex_;
-  AllocatorStats stats_;
-};
-
-}  // namespace
-
-Allocator* device_allocator() {
-  static auto* allocator = new CudaDeviceAllocator();  // never destroyed: storages may outlive main
-  return allocator;
+CudaCachingAllocator& caching_allocator() {
+  static auto* allocator = new CudaCachingAllocator();  // never destroyed: storages may outlive main
+  return *allocator;
 }
+
+Allocator* device_allocator() { return &caching_allocator(); }
+
+MemoryStats memory_stats() { return caching_allocator().memory_stats(); }
+size_t memory_allocated() { return memory_stats().allocated_bytes; }
+size_t memory_reserved() { return memory_stats().reserved_bytes; }
+size_t max_memory_allocated() { return memory_stats().peak_allocated_bytes; }
+void reset_peak_memory_stats() { caching_allocator().reset_peak_stats(); }
+void empty_cache() { caching_allocator().empty_cache(); }
+
+void record_stream(const void* data, StreamHandle stream) { caching_allocator().record_stream(data, stream); }
 
 }  // namespace loom::cuda
