@@ -4,9 +4,7 @@
  */
 #include "data/device_transfer.h"
 
-#include <mutex>
-#include <unordered_map>
-#include <vector>
+#include <algorithm>
 
 #include "core/cuda.h"
 #include "ops/ops.h"
@@ -21,36 +19,17 @@ namespace loom::data {
 
 #if LOOM_WITH_CUDA
 
-// Pinned buffers by exact size (a loader's batches repeat a few sizes), and the copy stream.
+// The loader's copy stream; pinned buffers come from the process-wide pinned pool
+// (cuda::host_allocator(), which caches them by size class: a loader's batches repeat a few sizes).
 struct DeviceTransfer::State {
   int device = 0;
   cudaStream_t stream = nullptr;
-  std::mutex mutex;
-  std::unordered_map<size_t, std::vector<void*>> free;
 
   ~State() {
-    for (auto& [bytes, list] : free)
-      for (void* p : list) (void)cudaFreeHost(p);  // destructor: nothing to do with an error
-    if (stream) (void)cudaStreamDestroy(stream);
+    if (stream) (void)cudaStreamDestroy(stream);  // destructor: nothing to do with an error
   }
-  void* take(size_t bytes) {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      auto& list = free[bytes];
-      if (!list.empty()) {
-        void* p = list.back();
-        list.pop_back();
-        return p;
-      }
-    }
-    void* p = nullptr;
-    LOOM_CUDA_CHECK(cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocDefault));
-    return p;
-  }
-  void give_back(void* p, size_t bytes) {
-    std::lock_guard<std::mutex> lock(mutex);
-    free[bytes].push_back(p);
-  }
+  void* take(size_t bytes) { return cuda::host_allocator()->allocate(std::max<size_t>(bytes, 1)); }
+  void give_back(void* p, size_t bytes) { cuda::host_allocator()->deallocate(p, std::max<size_t>(bytes, 1)); }
 };
 
 struct PendingCopy {
