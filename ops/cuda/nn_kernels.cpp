@@ -1,10 +1,196 @@
 /*
- * Registration of the CUDA nn kernels (filled in by the CUDA backend work).
+ * The C++ side of the CUDA nn kernels (ops/cuda/nn.cu): softmax, log_softmax, layer_norm,
+ * batch_norm, nll_loss and their backward functions. Turns tensors into the plain arguments of
+ * ops/cuda/nn_launchers.h, allocates the small device buffers the kernels need and registers
+ * the kernels.
+ *
+ * Target values of nll_loss are checked on the device: a kernel that meets a target outside
+ * [0, C) (and not ignore_index) leaves the smallest such batch index in a device word, which is
+ * copied back after the launch; the error then names the op, the target and its batch index
+ * exactly as the CPU's does. That copy waits for the kernel: one synchronisation per call.
+ *
+ * Synchronisation: every launch is on the legacy default stream, so the buffers allocated here
+ * (freed to the caching allocator on return) are not reused before the kernels that use them
+ * have run, and the cudaMemcpy of the flag starts only after the kernels that write it.
  */
+#include <cstdint>
+#include <string_view>
+
+#include "core/cuda/cuda_check.h"
 #include "ops/cuda/cuda_kernels.h"
+#include "ops/cuda/nn_launchers.h"
+#include "ops/dispatch.h"
+#include "ops/factories.h"
 
 namespace loom::cuda {
 
-void register_nn_cuda_kernels() {}
+namespace {
+
+int code(const Tensor& t) {
+  return static_cast<int>(t.dtype());
+}
+
+const void* ptr_or_null(const Tensor& t) {
+  return t.defined() ? t.data_ptr() : nullptr;
+}
+void* mutable_ptr_or_null(const Tensor& t) {
+  return t.defined() ? t.data_ptr() : nullptr;
+}
+
+// ---- softmax family: [outer, size, inner] around dim of a contiguous tensor
+
+struct DimGeometry {
+  int64_t outer = 1, size = 1, inner = 1;
+};
+
+DimGeometry geometry_around(const Tensor& t, int64_t dim) {
+  DimGeometry g;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (d < dim)
+      g.outer *= t.sizes()[d];
+    else if (d == dim)
+      g.size = t.sizes()[d];
+    else
+      g.inner *= t.sizes()[d];
+  }
+  return g;
+}
+
+template <bool kLog>
+void softmax_kernel(const Tensor& out, const Tensor& x, int64_t dim) {
+  const DimGeometry g = geometry_around(x, dim);
+  LOOM_CUDA_CHECK(
+      launch_softmax(out.data_ptr(), x.data_ptr(), code(x), kLog, g.outer, g.size, g.inner, nullptr));
+}
+
+template <bool kLog>
+void softmax_backward_kernel(const Tensor& grad_input, const Tensor& grad_out, const Tensor& out,
+                             int64_t dim) {
+  const DimGeometry g = geometry_around(out, dim);
+  LOOM_CUDA_CHECK(launch_softmax_backward(grad_input.data_ptr(), grad_out.data_ptr(), out.data_ptr(),
+                                          code(out), kLog, g.outer, g.size, g.inner, nullptr));
+}
+
+// ---- layer_norm: x [M, D]
+
+void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                       const Tensor& weight, const Tensor& bias, double eps) {
+  const int64_t m = mean.numel(), d = m == 0 ? 0 : x.numel() / m;
+  LOOM_CUDA_CHECK(launch_layer_norm(out.data_ptr(), mean.data_ptr(), rstd.data_ptr(), x.data_ptr(),
+                                    ptr_or_null(weight), ptr_or_null(bias), code(x), m, d, eps, nullptr));
+}
+
+void layer_norm_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
+                                const Tensor& grad_out, const Tensor& x, const Tensor& mean,
+                                const Tensor& rstd, const Tensor& weight) {
+  const int64_t m = mean.numel(), d = m == 0 ? 0 : x.numel() / m;
+  LOOM_CUDA_CHECK(launch_layer_norm_backward(grad_input.data_ptr(), mutable_ptr_or_null(grad_weight),
+                                             mutable_ptr_or_null(grad_bias), grad_out.data_ptr(),
+                                             x.data_ptr(), mean.data_ptr(), rstd.data_ptr(),
+                                             ptr_or_null(weight), code(x), m, d, nullptr));
+}
+
+// ---- batch_norm: x [N, C, S]
+
+struct ChannelGeometry {
+  int64_t n, c, s;
+};
+
+ChannelGeometry channel_geometry(const Tensor& x) {
+  int64_t s = 1;
+  for (int64_t d = 2; d < x.dim(); ++d) s *= x.sizes()[d];
+  return {x.sizes()[0], x.sizes()[1], s};
+}
+
+RunningStat running_stat(const Tensor& t) {
+  RunningStat r;
+  if (!t.defined()) return r;
+  r.data = t.data_ptr();
+  r.dtype = code(t);
+  r.stride = t.strides()[0];
+  return r;
+}
+
+void batch_norm_kernel(const Tensor& out, const Tensor& save_mean, const Tensor& save_invstd, const Tensor& x,
+                       const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                       const Tensor& running_var, bool training, double momentum, double eps) {
+  const ChannelGeometry g = channel_geometry(x);
+  LOOM_CUDA_CHECK(launch_batch_norm(out.data_ptr(), save_mean.data_ptr(), save_invstd.data_ptr(),
+                                    x.data_ptr(), ptr_or_null(weight), ptr_or_null(bias),
+                                    running_stat(running_mean), running_stat(running_var), code(x), g.n, g.c,
+                                    g.s, training, momentum, eps, nullptr));
+}
+
+void batch_norm_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
+                                const Tensor& grad_out, const Tensor& x, const Tensor& weight,
+                                const Tensor& save_mean, const Tensor& save_invstd) {
+  const ChannelGeometry g = channel_geometry(x);
+  // Per channel: mean(gy) and mean(gy * xhat) * invstd, in the stats dtype.
+  Tensor workspace = empty({2 * g.c}, save_mean.options());
+  LOOM_CUDA_CHECK(launch_batch_norm_backward(
+      grad_input.data_ptr(), mutable_ptr_or_null(grad_weight), mutable_ptr_or_null(grad_bias),
+      grad_out.data_ptr(), x.data_ptr(), ptr_or_null(weight), save_mean.data_ptr(), save_invstd.data_ptr(),
+      workspace.data_ptr(), code(x), g.n, g.c, g.s, nullptr));
+}
+
+// ---- nll_loss: logp [N, C], target [N]
+
+// A device word for the kernels' smallest bad batch index, initialised to "none".
+Tensor bad_index_flag(const Tensor& target) {
+  Tensor flag = empty({1}, target.options().dtype(kInt64));
+  LOOM_CUDA_CHECK(cudaMemset(flag.data_ptr(), 0xff, sizeof(unsigned long long)));
+  return flag;
+}
+
+// Throws the CPU's error if the kernels recorded a bad target (waits for them: see the top).
+void check_bad_index(const Tensor& flag, const Tensor& target, int64_t classes, std::string_view op) {
+  unsigned long long bad = 0;
+  LOOM_CUDA_CHECK(cudaMemcpy(&bad, flag.data_ptr(), sizeof bad, cudaMemcpyDeviceToHost));
+  if (bad == ~0ull) return;
+  const int64_t i = static_cast<int64_t>(bad);
+  int64_t t = 0;
+  const int64_t* at = static_cast<const int64_t*>(target.data_ptr()) + i * target.strides()[0];
+  LOOM_CUDA_CHECK(cudaMemcpy(&t, at, sizeof t, cudaMemcpyDeviceToHost));
+  LOOM_FAIL(op, ": target ", t, " is out of bounds for ", classes, " classes (at batch index ", i, ")");
+}
+
+void nll_loss_kernel(const Tensor& out, const Tensor& total_weight, const Tensor& logp, const Tensor& target,
+                     const Tensor& weight, Reduction reduction, int64_t ignore_index) {
+  const int64_t n = logp.sizes()[0], classes = logp.sizes()[1];
+  Tensor flag = bad_index_flag(target);
+  LOOM_CUDA_CHECK(launch_nll_loss(
+      out.data_ptr(), reduction == Reduction::None ? out.strides()[0] : 0, total_weight.data_ptr(),
+      logp.data_ptr(), logp.strides()[0], logp.strides()[1], static_cast<const int64_t*>(target.data_ptr()),
+      target.strides()[0], ptr_or_null(weight), code(logp), n, classes, static_cast<int>(reduction),
+      ignore_index, static_cast<unsigned long long*>(flag.data_ptr()), nullptr));
+  check_bad_index(flag, target, classes, "nll_loss");
+}
+
+void nll_loss_backward_kernel(const Tensor& grad_logp, const Tensor& grad_out, const Tensor& target,
+                              const Tensor& weight, const Tensor& total_weight, Reduction reduction,
+                              int64_t ignore_index) {
+  const int64_t n = grad_logp.sizes()[0], classes = grad_logp.sizes()[1];
+  Tensor flag = bad_index_flag(target);
+  LOOM_CUDA_CHECK(launch_nll_loss_backward(
+      grad_logp.data_ptr(), grad_out.data_ptr(), static_cast<const int64_t*>(target.data_ptr()),
+      target.strides()[0], ptr_or_null(weight), ptr_or_null(total_weight), code(grad_logp), n, classes,
+      static_cast<int>(reduction), ignore_index, static_cast<unsigned long long*>(flag.data_ptr()), nullptr));
+  check_bad_index(flag, target, classes, "nll_loss_backward");
+}
+
+}  // namespace
+
+void register_nn_cuda_kernels() {
+  register_kernel<Op::softmax>(DeviceType::CUDA, softmax_kernel<false>);
+  register_kernel<Op::log_softmax>(DeviceType::CUDA, softmax_kernel<true>);
+  register_kernel<Op::softmax_backward>(DeviceType::CUDA, softmax_backward_kernel<false>);
+  register_kernel<Op::log_softmax_backward>(DeviceType::CUDA, softmax_backward_kernel<true>);
+  register_kernel<Op::layer_norm>(DeviceType::CUDA, layer_norm_kernel);
+  register_kernel<Op::layer_norm_backward>(DeviceType::CUDA, layer_norm_backward_kernel);
+  register_kernel<Op::batch_norm>(DeviceType::CUDA, batch_norm_kernel);
+  register_kernel<Op::batch_norm_backward>(DeviceType::CUDA, batch_norm_backward_kernel);
+  register_kernel<Op::nll_loss>(DeviceType::CUDA, nll_loss_kernel);
+  register_kernel<Op::nll_loss_backward>(DeviceType::CUDA, nll_loss_backward_kernel);
+}
 
 }  // namespace loom::cuda
