@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
     }
     LOOM_CHECK(samples >= 1 && min_time > 0, "bench: --samples must be >= 1 and --min-time > 0");
     LOOM_CHECK(device == "cpu" || device == "cuda", "bench: --device must be cpu or cuda, got '", device, "'");
-    LOOM_CHECK(device != "cuda" || cuda::is_available(), "bench: --device cuda needs a GPU and a Loom built with CUDA (",
+    LOOM_CHECK(device != "cuda" || loom::cuda::is_available(), "bench: --device cuda needs a GPU and a Loom built with CUDA (",
                LOOM_WITH_CUDA ? "this build has the CUDA backend but no GPU is available" : "this build has no CUDA backend",
                ")");
     loom::set_num_threads(threads);
