@@ -434,7 +434,9 @@ cudaError_t launch_conv2d_backward_weight(int dtype, void* grad_weight, Strides4
     T* gb = static_cast<T*>(grad_bias);
     const T* gy = static_cast<const T*>(grad_out);
     const T* xp = static_cast<const T*>(x);
-    if (positions < kReduceBlock)
+    // A block per weight pays off only for few weights over a long reduction; with thousands of
+    // weights a thread each already fills the GPU (and the emulator runs it far faster).
+    if (positions < kReduceBlock || items >= 2048)
       return launch<conv2d_backward_weight_kernel<T>>(independent(items, stream), gw, gw_s, gb, gb_stride, gy,
                                                       go_s, xp, x_s, g, items);
     const unsigned blocks =

@@ -79,8 +79,8 @@ void sweep(const std::vector<DType>& dtypes,
           }
 }
 
-// Forward only: the harness's loss and the gradient formulas need elementwise ops (mul, eq,
-// where, arange) that have no CUDA kernels yet.
+// The sweeps compare forward results only, to keep the emulated run short; the gradients have
+// their own case ("reduction: gradients ...").
 CudaCase forward_only() {
   CudaCase c;
   c.backward = false;
@@ -170,6 +170,32 @@ TEST_CASE("reduction: max and min along a dim with indices, every dtype") {
         return std::vector<Tensor>{v, i};
       },
       {scalar_tensor(1.5)}, forward_only());
+}
+
+TEST_CASE("reduction: gradients of every reduction match the CPU's") {
+  for (DType dt : test::cuda_float_dtypes()) {
+    for (const std::vector<int64_t>& dims : {std::vector<int64_t>{1}, {0, 2}, {0, 1, 2}}) {
+      CAPTURE(dt);
+      CAPTURE(IntArrayRef(dims));
+      // A permuted input: the gradient is written back through its strides.
+      check_cuda_matches_cpu(
+          [&](const std::vector<Tensor>& in) {
+            Tensor x = in[0].permute({2, 0, 1});
+            return std::vector<Tensor>{sum(x, dims, false), prod(x, dims, true), amax(x, dims, false),
+                                       amin(x, dims, true), var(x, dims)};
+          },
+          {values({4, 6, 5}, dt, 0.45)});
+    }
+    for (int64_t dim : {0, 2}) {
+      CAPTURE(dt);
+      CAPTURE(dim);
+      check_cuda_matches_cpu(
+          [&](const std::vector<Tensor>& in) {
+            return std::vector<Tensor>{std::get<0>(max(in[0], dim, false)), std::get<0>(min(in[0], dim, true))};
+          },
+          {values({6, 5, 4}, dt, 0.55)});
+    }
+  }
 }
 
 TEST_CASE("reduction: NaN wins in amax, amin, max and min; ties take the first index") {
