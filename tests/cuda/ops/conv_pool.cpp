@@ -127,11 +127,13 @@ void check_conv(const ConvCase& cc, DType dt, const Layout& x_layout, bool weigh
 }
 
 TEST_CASE("conv_pool: conv2d forward and backward") {
+  LOOM_REQUIRE_GPU();
   for (const ConvCase& cc : conv_cases())
     for (DType dt : test::cuda_float_dtypes()) check_conv(cc, dt, layouts()[0], false);
 }
 
 TEST_CASE("conv_pool: conv2d on channels_last and transposed inputs and channels_last weights") {
+  LOOM_REQUIRE_GPU();
   for (const ConvCase& cc : conv_cases()) {
     check_conv(cc, kFloat32, layouts()[1], false);
     check_conv(cc, kFloat32, layouts()[2], false);
@@ -143,6 +145,7 @@ TEST_CASE("conv_pool: conv2d on channels_last and transposed inputs and channels
 // The backward kernels called directly, the weight gradient also without a bias gradient (the
 // 16-bit types run through autograd above).
 TEST_CASE("conv_pool: conv2d_backward_input and conv2d_backward_weight") {
+  LOOM_REQUIRE_GPU();
   for (const ConvCase& cc : conv_cases())
     for (DType dt : {kFloat32, kFloat64}) {
       CAPTURE(cc.name);
@@ -169,6 +172,7 @@ TEST_CASE("conv_pool: conv2d_backward_input and conv2d_backward_weight") {
 }
 
 TEST_CASE("conv_pool: conv2d bad inputs throw on CUDA") {
+  LOOM_REQUIRE_GPU();
   Tensor x = pat({1, 3, 5, 5}, 0.1).to(Device::cuda());
   Tensor w = pat({4, 1, 3, 3}, 0.2).to(Device::cuda());
   CHECK_THROWS_WITH_AS(conv2d(x, w, {}, {1, 1}, {0, 0}, {1, 1}, 2), doctest::Contains("does not divide"),
@@ -209,6 +213,7 @@ std::vector<PoolCase> max_pool_cases() {
 }
 
 TEST_CASE("conv_pool: max_pool2d values, indices and backward") {
+  LOOM_REQUIRE_GPU();
   for (const PoolCase& pc : max_pool_cases())
     for (DType dt : test::cuda_float_dtypes())
       for (const Layout& l : layouts()) {
@@ -229,6 +234,7 @@ TEST_CASE("conv_pool: max_pool2d values, indices and backward") {
 // A NaN wins its windows, -inf inputs keep an index inside the input, and ties (values -2..2)
 // keep the first maximum.
 TEST_CASE("conv_pool: max_pool2d special values and ties") {
+  LOOM_REQUIRE_GPU();
   Tensor special = pat({1, 2, 6, 6}, 0.8, 2.9).to(kInt32).to(kFloat32);
   special.select(1, 1).fill_(-std::numeric_limits<double>::infinity());
   special.select(1, 0).select(1, 2).select(1, 3).fill_(std::numeric_limits<double>::quiet_NaN());
@@ -247,6 +253,7 @@ TEST_CASE("conv_pool: max_pool2d special values and ties") {
 }
 
 TEST_CASE("conv_pool: max_pool2d_backward rejects indices out of range on CUDA") {
+  LOOM_REQUIRE_GPU();
   const Pool2dParams p = pool_params({2, 2}, {2, 2}, {0, 0}, {1, 1}, false, true);
   Tensor grad = pat({1, 1, 2, 2}, 0.1).to(Device::cuda());
   Tensor good = test::make({0, 3, 9, 15}, {1, 1, 2, 2}, kInt64).to(Device::cuda());
@@ -275,6 +282,7 @@ std::vector<PoolCase> avg_pool_cases() {
 }
 
 TEST_CASE("conv_pool: avg_pool2d forward and backward") {
+  LOOM_REQUIRE_GPU();
   for (const PoolCase& pc : avg_pool_cases())
     for (DType dt : test::cuda_float_dtypes())
       for (const Layout& l : layouts()) {
@@ -293,6 +301,7 @@ TEST_CASE("conv_pool: avg_pool2d forward and backward") {
 }
 
 TEST_CASE("conv_pool: adaptive_avg_pool2d forward and backward") {
+  LOOM_REQUIRE_GPU();
   struct AdaptiveCase {
     int64_t h, w, ho, wo;
   };
@@ -317,6 +326,7 @@ TEST_CASE("conv_pool: adaptive_avg_pool2d forward and backward") {
 
 // The gradient of a sum reaches the backward kernels as an expanded (stride-0) grad_out.
 TEST_CASE("conv_pool: pooling backward with an expanded grad_out") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : {kFloat32, kBFloat16}) {
     CAPTURE(dt);
     const Pool2dParams p = pool_params({3, 3}, {2, 2}, {1, 1}, {1, 1}, true, false);

@@ -100,6 +100,7 @@ const std::vector<UnaryCase>& floating_unary_cases() {
 }
 
 TEST_CASE("elementwise: floating unary ops, forward and backward, every layout") {
+  LOOM_REQUIRE_GPU();
   for (const UnaryCase& c : floating_unary_cases())
     for (DType dt : cuda_float_dtypes())
       for (const Layout& l : layouts()) {
@@ -112,6 +113,7 @@ TEST_CASE("elementwise: floating unary ops, forward and backward, every layout")
 }
 
 TEST_CASE("elementwise: unary ops on special values (NaN, infinities, signed zeros)") {
+  LOOM_REQUIRE_GPU();
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
   const std::vector<double> v = {nan, inf, -inf, 0.0, -0.0, 1e-30, -1e-30, 30.0, -30.0, 100.0, -100.0, 0.5};
   for (const UnaryCase& c : floating_unary_cases())
@@ -124,6 +126,7 @@ TEST_CASE("elementwise: unary ops on special values (NaN, infinities, signed zer
 }
 
 TEST_CASE("elementwise: integer and bool unary ops") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : kIntDtypes)
     for (const Layout& l : layouts()) {
       CAPTURE(dt);
@@ -143,12 +146,14 @@ TEST_CASE("elementwise: integer and bool unary ops") {
 }
 
 TEST_CASE("elementwise: unary ops promote integer inputs to float32") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : {kInt32, kBool})
     check_cuda_matches_cpu([](const std::vector<Tensor>& in) { return std::vector<Tensor>{exp(in[0]), sigmoid(in[0])}; },
                            {values({3, 5}, dt, 0.2)});
 }
 
 TEST_CASE("elementwise: vectorised kernel with a tail, and the 32-bit strided kernel on a large tensor") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : {kFloat32, kFloat16, kFloat64})
     check_cuda_matches_cpu(
         [](const std::vector<Tensor>& in) { return std::vector<Tensor>{gelu(in[0]), mul(in[0], in[0]), gt(in[0], 0.2)}; },
@@ -157,6 +162,7 @@ TEST_CASE("elementwise: vectorised kernel with a tail, and the 32-bit strided ke
 }
 
 TEST_CASE("elementwise: 4-d permuted, sliced and broadcast operands (no dims coalesce)") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : {kFloat32, kBFloat16, kInt64}) {
     CAPTURE(dt);
     // a: [2,3,4,5] permuted to [5,3,2,4]; b: [5,1,2,1] broadcast; c: a step-slice of [5,6,2,4].
@@ -172,6 +178,7 @@ TEST_CASE("elementwise: 4-d permuted, sliced and broadcast operands (no dims coa
 // ---- gelu_backward -----------------------------------------------------------------------------
 
 TEST_CASE("elementwise: gelu_backward, both approximations") {
+  LOOM_REQUIRE_GPU();
   for (const char* approximate : {"none", "tanh"})
     for (DType dt : cuda_float_dtypes())
       for (const Layout& l : layouts()) {
@@ -226,6 +233,7 @@ const std::vector<BinaryCase>& binary_cases() {
 bool supports(const BinaryCase& c, DType dt) { return !(dt == kBool && c.name == "sub"); }
 
 TEST_CASE("elementwise: binary ops, every dtype and layout, forward and backward") {
+  LOOM_REQUIRE_GPU();
   for (const BinaryCase& c : binary_cases())
     for (DType dt : kAllDtypes) {
       if (!supports(c, dt)) continue;
@@ -243,6 +251,7 @@ TEST_CASE("elementwise: binary ops, every dtype and layout, forward and backward
 }
 
 TEST_CASE("elementwise: binary ops broadcast [3,1] with [1,4], with Scalars and 0-dim tensors") {
+  LOOM_REQUIRE_GPU();
   for (const BinaryCase& c : binary_cases())
     for (DType dt : kAllDtypes) {
       if (!supports(c, dt)) continue;
@@ -268,6 +277,7 @@ TEST_CASE("elementwise: binary ops broadcast [3,1] with [1,4], with Scalars and 
 }
 
 TEST_CASE("elementwise: maximum, minimum and comparisons with NaN and infinities") {
+  LOOM_REQUIRE_GPU();
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
   const std::vector<double> a = {nan, 1.0, nan, inf, -inf, 0.0, -0.0, 2.0};
   const std::vector<double> b = {1.0, nan, nan, 1.0, -1.0, -0.0, 0.0, 2.0};
@@ -282,6 +292,7 @@ TEST_CASE("elementwise: maximum, minimum and comparisons with NaN and infinities
 }
 
 TEST_CASE("elementwise: pow, floating and integer, tensor and scalar exponents") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : cuda_float_dtypes()) {
     CAPTURE(dt);
     check_cuda_matches_cpu([](const std::vector<Tensor>& in) { return pow(in[0].t(), in[1]); },
@@ -316,6 +327,7 @@ TEST_CASE("elementwise: pow, floating and integer, tensor and scalar exponents")
 }
 
 TEST_CASE("elementwise: in-place ops on CUDA tensors, including a transposed self") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : {kFloat32, kFloat16, kInt32}) {
     CAPTURE(dt);
     check_cuda_matches_cpu(
@@ -342,6 +354,7 @@ TEST_CASE("elementwise: in-place ops on CUDA tensors, including a transposed sel
 // ---- where and clamp --------------------------------------------------------------------------
 
 TEST_CASE("elementwise: where, every dtype, broadcast and strided") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : kAllDtypes) {
     CAPTURE(dt);
     const Tensor cond = gt(pat({4, 6}, 0.5), 0.0);
@@ -360,6 +373,7 @@ TEST_CASE("elementwise: where, every dtype, broadcast and strided") {
 }
 
 TEST_CASE("elementwise: clamp with min, max, both, crossed and NaN bounds") {
+  LOOM_REQUIRE_GPU();
   const double nan = std::numeric_limits<double>::quiet_NaN();
   using Bounds = std::pair<std::optional<Scalar>, std::optional<Scalar>>;
   const std::vector<Bounds> bounds = {{Scalar(-0.5), Scalar(0.25)}, {Scalar(-0.5), std::nullopt},
@@ -393,6 +407,7 @@ TEST_CASE("elementwise: clamp with min, max, both, crossed and NaN bounds") {
 // ---- arange and random fills ---------------------------------------------------------------
 
 TEST_CASE("elementwise: arange on every numeric dtype") {
+  LOOM_REQUIRE_GPU();
   const Tensor device_of = zeros({1});
   for (DType dt : kAllDtypes) {
     if (dt == kBool) continue;
@@ -420,6 +435,7 @@ void check_random(const std::function<Tensor(TensorOptions)>& fill, DType dt, To
 }
 
 TEST_CASE("elementwise: random fills equal the CPU's for the same seed") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : cuda_float_dtypes()) {
     CAPTURE(dt);
     // Two fills in a row: the second starts at the advanced offset; an odd size leaves a
@@ -450,6 +466,7 @@ TEST_CASE("elementwise: random fills equal the CPU's for the same seed") {
 // ---- bad input -------------------------------------------------------------------------------
 
 TEST_CASE("elementwise: bad inputs throw with a message naming the op") {
+  LOOM_REQUIRE_GPU();
   const Tensor i = values({4}, kInt32, 0.1).to(Device::cuda());
   const Tensor b = values({4}, kBool, 0.1).to(Device::cuda());
   // Checks of the CUDA kernels themselves (the ops layer normally promotes first).

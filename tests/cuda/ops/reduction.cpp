@@ -88,11 +88,13 @@ CudaCase forward_only() {
 }
 
 TEST_CASE("reduction: sum over dims, layouts and every dtype") {
+  LOOM_REQUIRE_GPU();
   sweep(kAllDtypes, [](const Tensor& x, IntArrayRef d, bool k) { return std::vector<Tensor>{sum(x, d, k)}; },
         forward_only());
 }
 
 TEST_CASE("reduction: sum into a wider dtype, and over everything") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : test::cuda_float_dtypes()) {
     CAPTURE(dt);
     check_cuda_matches_cpu([](const std::vector<Tensor>& in) { return sum(in[0], {1}, false, kFloat64); },
@@ -111,17 +113,20 @@ TEST_CASE("reduction: sum into a wider dtype, and over everything") {
 }
 
 TEST_CASE("reduction: prod over dims, layouts and every dtype") {
+  LOOM_REQUIRE_GPU();
   sweep(kAllDtypes, [](const Tensor& x, IntArrayRef d, bool k) { return std::vector<Tensor>{prod(x, d, k)}; },
         forward_only(), 1.6);
 }
 
 TEST_CASE("reduction: amax and amin over dims, layouts and every dtype") {
+  LOOM_REQUIRE_GPU();
   sweep(kAllDtypes,
         [](const Tensor& x, IntArrayRef d, bool k) { return std::vector<Tensor>{amax(x, d, k), amin(x, d, k)}; },
         forward_only());
 }
 
 TEST_CASE("reduction: var with corrections over dims and layouts") {
+  LOOM_REQUIRE_GPU();
   sweep(test::cuda_float_dtypes(),
         [](const Tensor& x, IntArrayRef d, bool k) { return std::vector<Tensor>{var(x, d, 1, k)}; },
         forward_only());
@@ -145,6 +150,7 @@ TEST_CASE("reduction: var with corrections over dims and layouts") {
 }
 
 TEST_CASE("reduction: max and min along a dim with indices, every dtype") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : kAllDtypes)
     for (auto [a, b, c] : {std::array<int64_t, 3>{4, 5, 6}, std::array<int64_t, 3>{3, 40, 35}})
       for (const Layout& l : layouts(a, b, c))
@@ -173,6 +179,7 @@ TEST_CASE("reduction: max and min along a dim with indices, every dtype") {
 }
 
 TEST_CASE("reduction: gradients of every reduction match the CPU's") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : test::cuda_float_dtypes()) {
     for (const std::vector<int64_t>& dims : {std::vector<int64_t>{1}, {0, 2}, {0, 1, 2}}) {
       CAPTURE(dt);
@@ -199,6 +206,7 @@ TEST_CASE("reduction: gradients of every reduction match the CPU's") {
 }
 
 TEST_CASE("reduction: NaN wins in amax, amin, max and min; ties take the first index") {
+  LOOM_REQUIRE_GPU();
   const double nan = std::numeric_limits<double>::quiet_NaN();
   // Rows: a NaN in the middle, two NaNs, ties of the extreme, and a short row of ties; long
   // enough (40) for the block-per-output kernel along dim 1 and many columns along dim 0.
@@ -230,6 +238,7 @@ TEST_CASE("reduction: NaN wins in amax, amin, max and min; ties take the first i
 }
 
 TEST_CASE("reduction: long rows and long columns take the split second pass, short columns a thread each") {
+  LOOM_REQUIRE_GPU();
   // 1 x 20000 over dim 1: five blocks of partials, then the second kernel. float32 sums in
   // float on the GPU and in double on the CPU.
   CudaCase long_row = forward_only();
@@ -270,6 +279,7 @@ TEST_CASE("reduction: long rows and long columns take the split second pass, sho
 }
 
 TEST_CASE("reduction: bad inputs throw on CUDA") {
+  LOOM_REQUIRE_GPU();
   Tensor empty_rows = zeros({3, 0}).to(Device::cuda());
   CHECK_THROWS_WITH_AS(amax(empty_rows, {1}), doctest::Contains("expected a non-empty reduction"), Error);
   CHECK_THROWS_WITH_AS(max(empty_rows, 1), doctest::Contains("expected a non-empty reduction"), Error);

@@ -76,6 +76,7 @@ void check(const Fn& f, const std::vector<Tensor>& inputs, bool backward = true)
 }
 
 TEST_CASE("shape: cat of three inputs along dim 0 and a middle dim, non-contiguous inputs") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : kAllDtypes) {
     CAPTURE(dt);
     // dim 0: [2,3,4] + transposed [3,3,4] + [1,3,4]
@@ -100,6 +101,7 @@ TEST_CASE("shape: cat of three inputs along dim 0 and a middle dim, non-contiguo
 }
 
 TEST_CASE("shape: stack (a composite of unsqueeze and cat) on CUDA") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : test::cuda_float_dtypes()) {
     CAPTURE(dt);
     check(
@@ -111,6 +113,7 @@ TEST_CASE("shape: stack (a composite of unsqueeze and cat) on CUDA") {
 }
 
 TEST_CASE("shape: index_select on dims 0 and 1 with repeated indices") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : kAllDtypes) {
     CAPTURE(dt);
     check([](const std::vector<Tensor>& in) { return index_select(in[0], 0, in[1]); },
@@ -123,6 +126,7 @@ TEST_CASE("shape: index_select on dims 0 and 1 with repeated indices") {
 }
 
 TEST_CASE("shape: index_add with repeated indices") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : kAllDtypes) {
     CAPTURE(dt);
     check([](const std::vector<Tensor>& in) { return index_add(in[0], 0, in[1], in[2]); },
@@ -140,6 +144,7 @@ TEST_CASE("shape: index_add with repeated indices") {
 }
 
 TEST_CASE("shape: gather on dim 1 of a 2-D and dim 0 of a 3-D tensor, repeated indices") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : kAllDtypes) {
     CAPTURE(dt);
     check([](const std::vector<Tensor>& in) { return gather(in[0], 1, in[1]); },
@@ -155,6 +160,7 @@ TEST_CASE("shape: gather on dim 1 of a 2-D and dim 0 of a 3-D tensor, repeated i
 }
 
 TEST_CASE("shape: scatter_add on dim 1 of a 2-D and dim 0 of a 3-D tensor, repeated indices") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : kAllDtypes) {
     CAPTURE(dt);
     // src larger than index (only the covered part is added)
@@ -174,6 +180,7 @@ TEST_CASE("shape: scatter_add on dim 1 of a 2-D and dim 0 of a 3-D tensor, repea
 }
 
 TEST_CASE("shape: scatter_add and index_add on CUDA are deterministic") {
+  LOOM_REQUIRE_GPU();
   // Many additions to few places in float32, whose sum depends on the order.
   Tensor x = zeros({4, 8}).to(Device::cuda());
   Tensor src = test::pat({300, 8}, 0.3, 1e3).to(Device::cuda());
@@ -194,6 +201,7 @@ TEST_CASE("shape: scatter_add and index_add on CUDA are deterministic") {
 }
 
 TEST_CASE("shape: tril and triu with diagonals -1, 0, 2 on a batched input") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : kAllDtypes) {
     for (int64_t diagonal : {-1, 0, 2}) {
       CAPTURE(dt);
@@ -215,6 +223,7 @@ TEST_CASE("shape: tril and triu with diagonals -1, 0, 2 on a batched input") {
 }
 
 TEST_CASE("shape: flip over several dims") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : kAllDtypes) {
     CAPTURE(dt);
     check([](const std::vector<Tensor>& in) { return flip(in[0], {0, 2}); }, {values({2, 3, 4}, dt, 0.1)});
@@ -229,6 +238,7 @@ TEST_CASE("shape: flip over several dims") {
 }
 
 TEST_CASE("shape: pad, constant and reflect, 3-D and 4-D, and pad_backward") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : kAllDtypes) {
     CAPTURE(dt);
     check(
@@ -287,6 +297,7 @@ TEST_CASE("shape: pad, constant and reflect, 3-D and 4-D, and pad_backward") {
 }
 
 TEST_CASE("shape: embedding forward and backward on CUDA") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : test::cuda_float_dtypes()) {
     CAPTURE(dt);
     const Tensor indices = index_of({1, 4, 1, 0, 5, 1}, {2, 3});
@@ -298,6 +309,7 @@ TEST_CASE("shape: embedding forward and backward on CUDA") {
 }
 
 TEST_CASE("shape: bad indices on CUDA throw naming the op, the value and the range") {
+  LOOM_REQUIRE_GPU();
   const Tensor x = zeros({5, 3}).to(Device::cuda());
   const Tensor bad = index_of({1, 7, 0}, {3}).to(Device::cuda());
   CHECK_THROWS_WITH_AS(index_select(x, 0, bad),
