@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "ops/dim_geometry.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/row_buffers.h"
 #include "ops/dispatch.h"
@@ -46,23 +47,6 @@ using ConstArrayMap = Eigen::Map<const Eigen::Array<A, Eigen::Dynamic, 1>>;
 // in L2 measured several times slower: every row of a block lies on another page).
 constexpr int64_t kBlock = 256;
 
-// [outer, D, inner] around dim of a contiguous tensor.
-struct DimGeometry {
-  int64_t outer = 1, size = 1, inner = 1;
-};
-
-DimGeometry geometry_around(const Tensor& t, int64_t dim) {
-  DimGeometry g;
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    if (d < dim)
-      g.outer *= t.sizes()[d];
-    else if (d == dim)
-      g.size = t.sizes()[d];
-    else
-      g.inner *= t.sizes()[d];
-  }
-  return g;
-}
 
 // Rows of `row_len` elements per parallel chunk so that a chunk holds enough work.
 int64_t rows_grain(int64_t row_len) {

@@ -81,6 +81,22 @@ cudaError_t visit_code(int code, F&& f) {
   }
 }
 
+// Every code but bool, for kernels that have no bool instantiation (visit_code would make one).
+template <class F>
+cudaError_t visit_numeric_code(int code, F&& f) {
+  switch (code) {
+    case kCodeFloat32: return f(float{});
+    case kCodeFloat64: return f(double{});
+    case kCodeFloat16: return f(__half{});
+    case kCodeBFloat16: return f(__nv_bfloat16{});
+    case kCodeInt8: return f(int8_t{});
+    case kCodeUInt8: return f(uint8_t{});
+    case kCodeInt32: return f(int32_t{});
+    case kCodeInt64: return f(int64_t{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 // Floating codes only (float, double, half, bfloat16).
 template <class F>
 cudaError_t visit_floating_code(int code, F&& f) {

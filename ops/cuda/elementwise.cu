@@ -28,7 +28,7 @@
 #include "ops/cuda/device_utils.cuh"
 #include "ops/cuda/elementwise_launchers.h"
 #include "ops/cuda/launch.cuh"
-#include "ops/cuda/philox.cuh"
+#include "core/philox.h"
 
 namespace loom::cuda {
 
@@ -451,22 +451,6 @@ __global__ void random_kernel(T* out, int64_t numel, RandomParams params, uint64
 namespace {
 
 constexpr int kBlock = 256;
-
-// Every code but bool (the CPU kernels' visit_numeric_dtype).
-template <class F>
-cudaError_t visit_numeric_code(int code, F&& f) {
-  switch (code) {
-    case kCodeFloat32: return f(float{});
-    case kCodeFloat64: return f(double{});
-    case kCodeFloat16: return f(__half{});
-    case kCodeBFloat16: return f(__nv_bfloat16{});
-    case kCodeInt8: return f(int8_t{});
-    case kCodeUInt8: return f(uint8_t{});
-    case kCodeInt32: return f(int32_t{});
-    case kCodeInt64: return f(int64_t{});
-    default: return cudaErrorInvalidValue;
-  }
-}
 
 template <class T>
 bool aligned_to(const T* p, size_t bytes) {

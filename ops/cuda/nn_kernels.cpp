@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "core/cuda/cuda_check.h"
+#include "ops/dim_geometry.h"
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/cuda/nn_launchers.h"
 #include "ops/dispatch.h"
@@ -39,22 +40,6 @@ void* mutable_ptr_or_null(const Tensor& t) {
 
 // ---- softmax family: [outer, size, inner] around dim of a contiguous tensor
 
-struct DimGeometry {
-  int64_t outer = 1, size = 1, inner = 1;
-};
-
-DimGeometry geometry_around(const Tensor& t, int64_t dim) {
-  DimGeometry g;
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    if (d < dim)
-      g.outer *= t.sizes()[d];
-    else if (d == dim)
-      g.size = t.sizes()[d];
-    else
-      g.inner *= t.sizes()[d];
-  }
-  return g;
-}
 
 template <bool kLog>
 void softmax_kernel(const Tensor& out, const Tensor& x, int64_t dim) {

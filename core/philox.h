@@ -1,21 +1,23 @@
 /*
- * Philox-4x32-10 and the bits-to-uniform maps of core/random.h, as host/device C++17, so that
- * the CUDA random fills draw exactly the numbers the CPU draws for the same (seed, counter).
- * Any change here must be made in core/random.h too (the tests compare the two bit for bit).
+ * Philox-4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11) and the
+ * maps from its bits to uniform numbers: the one definition that the CPU (core/random.h) and
+ * the CUDA kernels (ops/cuda/elementwise.cu) both call, so that the same (seed, counter) gives
+ * the same numbers on every device. C++17 and host/device, for nvcc.
  */
 #pragma once
 
-#include <cuda_runtime.h>
-
 #include <cstdint>
 
-namespace loom::cuda {
+#include "core/host_device.h"
 
+namespace loom {
+
+// The Philox-4x32-10 bijection: 4 x 32-bit counter and 2 x 32-bit key -> 4 x 32-bit output.
 struct PhiloxLanes {
   uint32_t v[4];
 };
 
-__host__ __device__ inline PhiloxLanes philox4x32_10(uint64_t seed, uint64_t counter_hi, uint64_t counter_lo) {
+LOOM_HOST_DEVICE inline PhiloxLanes philox4x32_10(uint64_t seed, uint64_t counter_hi, uint64_t counter_lo) {
   uint32_t c0 = static_cast<uint32_t>(counter_lo), c1 = static_cast<uint32_t>(counter_lo >> 32);
   uint32_t c2 = static_cast<uint32_t>(counter_hi), c3 = static_cast<uint32_t>(counter_hi >> 32);
   uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
@@ -35,12 +37,12 @@ __host__ __device__ inline PhiloxLanes philox4x32_10(uint64_t seed, uint64_t cou
 }
 
 // Uniform float in [0, 1) from 24 random bits; double in [0, 1) from 53 (exact products).
-__host__ __device__ inline float uniform_float(uint32_t bits) {
+LOOM_HOST_DEVICE inline float uniform_float(uint32_t bits) {
   return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);
 }
-__host__ __device__ inline double uniform_double(uint32_t hi, uint32_t lo) {
+LOOM_HOST_DEVICE inline double uniform_double(uint32_t hi, uint32_t lo) {
   const uint64_t bits = (static_cast<uint64_t>(hi) << 32 | lo) >> 11;
   return static_cast<double>(bits) * (1.0 / 9007199254740992.0);
 }
 
-}  // namespace loom::cuda
+}  // namespace loom
