@@ -11,6 +11,8 @@
  */
 #include "ops/linalg.h"
 
+#include <atomic>
+
 #include "ops/autocast.h"
 #include "ops/autograd_hook.h"
 #include "ops/copy_ops.h"
@@ -188,5 +190,16 @@ Tensor Tensor::mm(const Tensor& other) const {
 Tensor Tensor::bmm(const Tensor& other) const {
   return loom::bmm(*this, other);
 }
+
+namespace cuda {
+
+namespace {
+std::atomic<bool> g_allow_tf32{false};
+}  // namespace
+
+void set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
+bool allow_tf32() { return g_allow_tf32.load(); }
+
+}  // namespace cuda
 
 }  // namespace loom

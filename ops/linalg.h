@@ -16,4 +16,12 @@ Tensor bmm(const Tensor& a, const Tensor& b);  // [B, M, K] x [B, K, N] -> [B, M
 // x [*, in] , weight [out, in], bias undefined or [out] -> [*, out]  (x W^T + b)
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 
+namespace cuda {
+// Whether float32 matmuls on CUDA may use TF32 (inputs rounded to a 10-bit mantissa, float
+// accumulation): faster on tensor cores, about 1e-3 relative error. Off by default, as
+// torch.backends.cuda.matmul.allow_tf32; process-wide. No effect on the CPU.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+}  // namespace cuda
+
 }  // namespace loom

@@ -17,6 +17,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "ops/linalg.h"
 
 // LOOM_CUBLAS_CHECK(call): throws loom::Error with file:line, the call and cuBLAS's status name
 // and description when a cuBLAS call does not return CUBLAS_STATUS_SUCCESS.
@@ -31,8 +32,6 @@
 namespace loom::cuda {
 
 namespace {
-
-std::atomic<bool> g_allow_tf32{false};
 
 std::mutex& handle_mutex() {
   static std::mutex m;
@@ -77,13 +76,6 @@ cublasOperation_t op_of(BlasOp op) {
 }
 
 }  // namespace
-
-void set_allow_tf32(bool allow) {
-  g_allow_tf32.store(allow);
-}
-bool allow_tf32() {
-  return g_allow_tf32.load();
-}
 
 void gemm_strided_batched(BlasOp transa, BlasOp transb, int64_t m, int64_t n, int64_t k, double alpha,
                           const void* a, int64_t lda, int64_t stride_a, const void* b, int64_t ldb,

@@ -31,9 +31,4 @@ void gemm_strided_batched(BlasOp transa, BlasOp transb, int64_t m, int64_t n, in
                           int64_t stride_b, double beta, void* c, int64_t ldc, int64_t stride_c,
                           int64_t batch, DType dtype, cudaStream_t stream = nullptr);
 
-// Whether f32 GEMMs may use TF32 (inputs rounded to a 10-bit mantissa, float accumulation):
-// faster on tensor cores, about 1e-3 relative error. Off by default; process-wide.
-void set_allow_tf32(bool allow);
-bool allow_tf32();
-
 }  // namespace loom::cuda
