@@ -168,7 +168,13 @@ TEST_CASE("linalg: negative control: a swapped transpose in the cuBLAS call is c
   LOOM_REQUIRE_GPU();
   Tensor a = pat({3, 5}, 0.4, 1.0), b = pat({5, 7}, 0.9, 1.0);
   Tensor expected = matmul(a, b);
-  Tensor ga = a.to(Device::cuda()), gb = b.to(Device::cuda());
+  // a and b live in the first rows of square buffers: the swapped call reads each operand as the
+  // other orientation with the same leading dimension, which runs past a tight allocation (the
+  // ASan build of emulated CUDA reports that overread).
+  Tensor ga_storage = zeros({5, 5}, Device::cuda()), gb_storage = zeros({7, 7}, Device::cuda());
+  Tensor ga = ga_storage.slice(0, 0, 3), gb = gb_storage.slice(0, 0, 5);
+  ga.copy_(a);
+  gb.copy_(b);
   const test::Tol tol = test::cuda_tol_for(kFloat32);
   // The correct call matches the CPU...
   CHECK(test::mismatch(wrapper_matmul(ga, gb, false, 7).to(kCPU).to_vector<double>(),
