@@ -54,6 +54,7 @@
 #include "core/parallel.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/dispatch.h"
+#include "ops/reduction_plan.h"
 
 namespace loom::cpu {
 
@@ -73,9 +74,8 @@ constexpr bool kIsFloat =
 
 // ---- geometry -------------------------------------------------------------------------------
 
-// A group of dims of the input, innermost last, with element strides. No dims = one element.
-struct Group {
-  DimVector sizes, strides;
+// A group of dims of the input (ops/reduction_plan.h) with the walks the CPU loops need.
+struct Group : DimGroup {
 
   int64_t numel() const {
     int64_t n = 1;
@@ -133,53 +133,14 @@ struct Group {
   }
 };
 
-// Merges neighbouring dims (outer i, inner i + 1) that are contiguous with each other.
-void coalesce(Group& g) {
-  Group merged;
-  for (size_t i = 0; i < g.sizes.size(); ++i) {
-    if (!merged.sizes.empty() && merged.strides.back() == g.strides[i] * g.sizes[i]) {
-      merged.sizes.back() *= g.sizes[i];
-      merged.strides.back() = g.strides[i];
-    } else {
-      merged.sizes.push_back(g.sizes[i]);
-      merged.strides.push_back(g.strides[i]);
-    }
-  }
-  g = std::move(merged);
-}
-
 struct Plan {
   Group kept;     // in the input's dim order: row-major index = output index
   Group reduced;  // stride-0 dims first, then by decreasing stride: the innermost is the densest
 };
 
 Plan make_plan(const Tensor& in, IntArrayRef dims) {
-  Plan p;
-  std::vector<std::pair<int64_t, int64_t>> reduced;  // (stride, size)
-  for (int64_t d = 0; d < in.dim(); ++d) {
-    const int64_t size = in.sizes()[d], stride = in.strides()[d];
-    const bool is_reduced = std::find(dims.begin(), dims.end(), d) != dims.end();
-    if (size == 1) continue;
-    if (is_reduced) {
-      reduced.emplace_back(stride, size);
-    } else {
-      p.kept.sizes.push_back(size);
-      p.kept.strides.push_back(stride);
-    }
-  }
-  // Stable, so that equal strides keep the input order (the row-major order of the reduced
-  // index, which max/min report for their single dim).
-  std::stable_sort(reduced.begin(), reduced.end(), [](const auto& a, const auto& b) {
-    if ((a.first == 0) != (b.first == 0)) return a.first == 0;
-    return a.first > b.first;
-  });
-  for (const auto& [stride, size] : reduced) {
-    p.reduced.sizes.push_back(size);
-    p.reduced.strides.push_back(stride);
-  }
-  coalesce(p.kept);
-  coalesce(p.reduced);
-  return p;
+  ReductionPlan p = plan_reduction(in, dims);
+  return {{std::move(p.kept)}, {std::move(p.reduced)}};
 }
 
 // The columns loop runs when the unit-stride dim is a kept one, wide enough to vectorise over.

@@ -63,25 +63,8 @@ __host__ __device__ inline D convert(S v) {
   }
 }
 
-// Calls f(T{}) for the CUDA storage type of a dtype code; invalid codes return
-// cudaErrorInvalidValue.
-template <class F>
-cudaError_t visit_code(int code, F&& f) {
-  switch (code) {
-    case kCodeFloat32: return f(float{});
-    case kCodeFloat64: return f(double{});
-    case kCodeFloat16: return f(__half{});
-    case kCodeBFloat16: return f(__nv_bfloat16{});
-    case kCodeInt8: return f(int8_t{});
-    case kCodeUInt8: return f(uint8_t{});
-    case kCodeInt32: return f(int32_t{});
-    case kCodeInt64: return f(int64_t{});
-    case kCodeBool: return f(bool{});
-    default: return cudaErrorInvalidValue;
-  }
-}
-
-// Every code but bool, for kernels that have no bool instantiation (visit_code would make one).
+// Calls f(T{}) for the CUDA storage type of a dtype code other than bool, for kernels that
+// have no bool instantiation; other codes return cudaErrorInvalidValue.
 template <class F>
 cudaError_t visit_numeric_code(int code, F&& f) {
   switch (code) {
@@ -95,6 +78,12 @@ cudaError_t visit_numeric_code(int code, F&& f) {
     case kCodeInt64: return f(int64_t{});
     default: return cudaErrorInvalidValue;
   }
+}
+
+// The same for every dtype code, bool included.
+template <class F>
+cudaError_t visit_code(int code, F&& f) {
+  return code == kCodeBool ? f(bool{}) : visit_numeric_code(code, f);
 }
 
 // Floating codes only (float, double, half, bfloat16).

@@ -20,6 +20,7 @@
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/cuda/reduction_launchers.h"
 #include "ops/dispatch.h"
+#include "ops/reduction_plan.h"
 
 namespace loom::cuda {
 
@@ -34,53 +35,12 @@ constexpr int64_t kMaxItems = 1024;  // (output, split) items of a split block r
 constexpr int64_t kRowsPerThreadSplit = 256;
 constexpr int64_t kMaxThreadItems = 65536;
 
-struct Group {
-  std::vector<int64_t> sizes, strides;
-};
-
-// Merges neighbouring dims (outer i, inner i + 1) that are contiguous with each other.
-Group coalesce(const Group& g) {
-  Group merged;
-  for (size_t i = 0; i < g.sizes.size(); ++i) {
-    if (!merged.sizes.empty() && merged.strides.back() == g.strides[i] * g.sizes[i]) {
-      merged.sizes.back() *= g.sizes[i];
-      merged.strides.back() = g.strides[i];
-    } else {
-      merged.sizes.push_back(g.sizes[i]);
-      merged.strides.push_back(g.strides[i]);
-    }
-  }
-  return merged;
-}
-
 ReduceGeometry make_geometry(const Tensor& in, IntArrayRef dims, std::string_view op) {
   LOOM_CHECK(in.dim() <= kMaxDims, op, " on CUDA: tensors with more than ", kMaxDims,
              " dims are not supported, got ", in.dim());
-  Group kept, reduced;
-  std::vector<std::pair<int64_t, int64_t>> red;  // (stride, size)
+  const auto [kept, reduced] = plan_reduction(in, dims);
   int64_t n_red = 1;
-  for (int64_t d = 0; d < in.dim(); ++d) {
-    const int64_t size = in.sizes()[d], stride = in.strides()[d];
-    const bool is_reduced = std::find(dims.begin(), dims.end(), d) != dims.end();
-    if (is_reduced) n_red *= size;
-    if (size == 1) continue;
-    if (is_reduced) {
-      red.emplace_back(stride, size);
-    } else {
-      kept.sizes.push_back(size);
-      kept.strides.push_back(stride);
-    }
-  }
-  std::stable_sort(red.begin(), red.end(), [](const auto& a, const auto& b) {
-    if ((a.first == 0) != (b.first == 0)) return a.first == 0;
-    return a.first > b.first;
-  });
-  for (const auto& [stride, size] : red) {
-    reduced.sizes.push_back(size);
-    reduced.strides.push_back(stride);
-  }
-  kept = coalesce(kept);
-  reduced = coalesce(reduced);
+  for (int64_t d : dims) n_red *= in.sizes()[d];
 
   ReduceGeometry g;
   g.kept_ndim = static_cast<int>(kept.sizes.size());

@@ -411,19 +411,6 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind 
   return cudaMemcpyAsync(dst, src, count, kind, nullptr);
 }
 
-cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
-                              cudaMemcpyKind kind, cudaStream_t stream) {
-  if (width > dpitch || width > spitch) return record(cudaErrorInvalidValue);
-  if (!loom_emu::valid_stream(stream)) return record(cudaErrorInvalidResourceHandle);
-  if (height == 0 || width == 0) return cudaSuccess;
-  loom_emu::check_copy(dst, src, (height - 1) * dpitch + width, kind, "cudaMemcpy2D (destination)");
-  loom_emu::check_copy(dst, src, (height - 1) * spitch + width, kind, "cudaMemcpy2D (source)");
-  loom_emu::DeviceAccess access;
-  for (size_t r = 0; r < height; ++r)
-    std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
-  return cudaSuccess;
-}
-
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) {
   if (!loom_emu::valid_stream(stream)) return record(cudaErrorInvalidResourceHandle);
   if (count == 0) return cudaSuccess;
