@@ -1,18 +1,15 @@
 /*
- * The pipeline schedules (GPipe, 1F1B), built as per-rank action lists, and the simulator that
- * runs the lists together to check them. See schedule.h for the pictures and the reasoning.
+ * Building the pipeline schedules (GPipe, 1F1B, interleaved 1F1B) as per-rank action lists; see
+ * schedule.h for the pictures and the reasoning, and schedule_simulator.cpp for running them.
  *
- * Building a schedule has two steps: the order of the compute actions on each stage (the part
- * that differs between GPipe and 1F1B, and that the textbook pictures show), then the messages
- * around them, placed by one rule shared by both schedules (with_messages).
+ * Building a schedule has two steps: the order of the compute actions on each rank (the part
+ * that differs between the schedules, and that the textbook pictures show), then the messages
+ * around them, placed by one rule shared by all three (with_messages).
  */
 #include "distributed/pipeline/schedule.h"
 
 #include <algorithm>
-#include <deque>
-#include <map>
 #include <sstream>
-#include <utility>
 
 #include "core/error.h"
 
@@ -21,40 +18,6 @@ namespace {
 
 bool is_activation_message(ActionType type) {
   return type == ActionType::SendActivation || type == ActionType::RecvActivation;
-}
-
-// The receive that matches a send of `type` (and the converse).
-ActionType matching_type(ActionType type) {
-  switch (type) {
-    case ActionType::SendActivation:
-      return ActionType::RecvActivation;
-    case ActionType::RecvActivation:
-      return ActionType::SendActivation;
-    case ActionType::SendGrad:
-      return ActionType::RecvGrad;
-    case ActionType::RecvGrad:
-      return ActionType::SendGrad;
-    default:
-      return type;
-  }
-}
-
-// The model-stage boundary a message crosses: an activation goes from stage g to g + 1 and a
-// gradient from g + 1 to g, both across boundary g. Two messages are the halves of one when they
-// have matching types, the same micro-batch and the same boundary (with one stage per rank the
-// boundary is implied by the ranks; with interleaved chunks two ranks share several boundaries).
-int64_t boundary_of(const Action& a) {
-  switch (a.type) {
-    case ActionType::SendActivation:
-    case ActionType::RecvGrad:
-      return a.stage;
-    default:
-      return a.stage - 1;
-  }
-}
-
-bool halves_of_one_message(const Action& a, const Action& b) {
-  return matching_type(a.type) == b.type && a.microbatch == b.microbatch && boundary_of(a) == boundary_of(b);
 }
 
 Action compute(ActionType type, int64_t microbatch, int64_t stage) {
@@ -162,22 +125,13 @@ std::vector<Action> with_messages(const std::vector<Action>& computes, int64_t p
   return out;
 }
 
-void validate(const Schedule& schedule, const char* fn) {
-  const int ranks = static_cast<int>(schedule.size());
-  for (int r = 0; r < ranks; ++r) {
-    for (size_t i = 0; i < schedule[r].size(); ++i) {
-      const Action& a = schedule[r][i];
-      LOOM_CHECK(a.microbatch >= 0, fn, ": rank ", r, " action #", i, " (", a.to_string(),
-                 ") has negative micro-batch ", a.microbatch);
-      if (a.is_compute()) {
-        LOOM_CHECK(a.peer == -1, fn, ": rank ", r, " action #", i, " (", a.to_string(),
-                   ") is a compute action and must have peer -1, got ", a.peer);
-      } else {
-        LOOM_CHECK(a.peer >= 0 && a.peer < ranks && a.peer != r, fn, ": rank ", r, " action #", i, " (",
-                   a.to_string(), ") has peer ", a.peer, ", expected another rank in [0, ", ranks, ")");
-      }
-    }
-  }
+// Whether some action belongs to a model stage beyond the ranks: the schedule has chunks.
+bool has_chunks(const Schedule& schedule) {
+  const auto ranks = static_cast<int64_t>(schedule.size());
+  for (const auto& actions : schedule)
+    for (const Action& a : actions)
+      if (a.stage >= ranks) return true;
+  return false;
 }
 
 }  // namespace
@@ -248,18 +202,6 @@ std::string compute_label(const Action& a, int64_t ranks, bool interleaved) {
   return a.to_string() + static_cast<char>('a' + a.stage / ranks);
 }
 
-namespace {
-
-bool has_chunks(const Schedule& schedule) {
-  const auto ranks = static_cast<int64_t>(schedule.size());
-  for (const auto& actions : schedule)
-    for (const Action& a : actions)
-      if (a.stage >= ranks) return true;
-  return false;
-}
-
-}  // namespace
-
 std::string format_schedule(const Schedule& schedule) {
   std::ostringstream os;
   const bool interleaved = has_chunks(schedule);
@@ -269,175 +211,6 @@ std::string format_schedule(const Schedule& schedule) {
       if (a.is_compute()) os << " " << compute_label(a, static_cast<int64_t>(schedule.size()), interleaved);
     }
     os << "\n";
-  }
-  return os.str();
-}
-
-std::vector<std::string> check_pairwise_order(const Schedule& schedule) {
-  validate(schedule, "check_pairwise_order");
-  const int ranks = static_cast<int>(schedule.size());
-  // messages[r][q]: rank r's sends to and receives from rank q, in r's order.
-  std::vector<std::map<int, std::vector<Action>>> messages(ranks);
-  for (int r = 0; r < ranks; ++r) {
-    for (const Action& x : schedule[r]) {
-      if (!x.is_compute()) messages[r][x.peer].push_back(x);
-    }
-  }
-  std::vector<std::string> mismatches;
-  const std::vector<Action> none;
-  for (int a = 0; a < ranks; ++a) {
-    for (int b = a + 1; b < ranks; ++b) {
-      // All messages of the link a <-> b, both directions, in the order each side does them:
-      // the k-th on a must be the counterpart of the k-th on b. Comparing each direction alone
-      // would miss two ranks that both send first (each waits for the other to receive).
-      const auto ia = messages[a].find(b);
-      const auto ib = messages[b].find(a);
-      const std::vector<Action>& on_a = ia == messages[a].end() ? none : ia->second;
-      const std::vector<Action>& on_b = ib == messages[b].end() ? none : ib->second;
-      const size_t n = std::min(on_a.size(), on_b.size());
-      std::ostringstream os;
-      for (size_t i = 0; i < n; ++i) {
-        if (!halves_of_one_message(on_a[i], on_b[i])) {
-          os << "rank " << a << " <-> rank " << b << ": message #" << i << " is " << on_a[i].to_string()
-             << " on rank " << a << " but " << on_b[i].to_string() << " on rank " << b;
-          break;
-        }
-      }
-      if (os.str().empty() && on_a.size() != on_b.size()) {
-        os << "rank " << a << " <-> rank " << b << ": rank " << a << " has " << on_a.size()
-           << " messages with rank " << b << " but rank " << b << " has " << on_b.size() << " with rank "
-           << a;
-      }
-      if (!os.str().empty()) mismatches.push_back(os.str());
-    }
-  }
-  return mismatches;
-}
-
-SimulationResult simulate(const Schedule& schedule, const SimulationOptions& options) {
-  validate(schedule, "simulate");
-  LOOM_CHECK(options.forward_cost >= 1 && options.backward_cost >= 1,
-             "simulate: expected forward_cost >= 1 and backward_cost >= 1, got ", options.forward_cost,
-             " and ", options.backward_cost);
-  const int ranks = static_cast<int>(schedule.size());
-  SimulationResult result;
-  result.timeline.resize(ranks);
-  std::vector<size_t> pc(ranks, 0);
-  std::vector<int64_t> clock(ranks, 0);
-  result.busy_time.assign(ranks, 0);
-  // Eager model: messages in flight from src to dst, with the time they were sent.
-  std::map<std::pair<int, int>, std::deque<std::pair<Action, int64_t>>> in_flight;
-  std::vector<std::string> mismatch;  // Eager: a receive met another message than it expects
-
-  auto done = [&](int r) { return pc[r] >= schedule[r].size(); };
-  auto matches = [](const Action& send_or_recv, const Action& other, int rank) {
-    return halves_of_one_message(send_or_recv, other) && other.peer == rank;
-  };
-  auto finish = [&](int r, int64_t start, int64_t end) {
-    result.timeline[r].push_back({schedule[r][pc[r]], start, end});
-    clock[r] = end;
-    ++pc[r];
-  };
-
-  // Each pass advances every rank as far as it can go; the times do not depend on the order in
-  // which ranks are visited (an action ends at the max of its inputs' times plus its cost).
-  bool progress = true;
-  while (progress) {
-    progress = false;
-    for (int r = 0; r < ranks; ++r) {
-      while (!done(r)) {
-        const Action& a = schedule[r][pc[r]];
-        if (a.is_compute()) {
-          const int64_t cost = a.type == ActionType::Forward ? options.forward_cost : options.backward_cost;
-          result.busy_time[r] += cost;
-          finish(r, clock[r], clock[r] + cost);
-        } else if (options.comm == CommModel::Rendezvous) {
-          // Both ranks must stand at the matching pair; then both continue from the later time.
-          const int q = a.peer;
-          if (done(q) || !matches(a, schedule[q][pc[q]], r)) break;
-          const int64_t t = std::max(clock[r], clock[q]);
-          finish(q, clock[q], t);
-          finish(r, clock[r], t);
-        } else if (a.is_send()) {
-          in_flight[{r, a.peer}].push_back({a, clock[r]});
-          finish(r, clock[r], clock[r]);
-        } else {
-          auto& queue = in_flight[{a.peer, r}];
-          if (queue.empty()) break;
-          const auto [sent, sent_at] = queue.front();
-          if (!matches(a, sent, r)) {
-            mismatch.push_back("rank " + std::to_string(r) + " at #" + std::to_string(pc[r]) + " " +
-                               a.to_string() + " got " + sent.to_string() + " from rank " +
-                               std::to_string(a.peer));
-            break;
-          }
-          queue.pop_front();
-          finish(r, clock[r], std::max(clock[r], sent_at));
-        }
-        progress = true;
-      }
-      if (!mismatch.empty()) break;
-    }
-    if (!mismatch.empty()) break;
-  }
-
-  std::ostringstream report;
-  for (int r = 0; r < ranks; ++r) {
-    if (done(r)) continue;
-    result.blocked.push_back({r, static_cast<int64_t>(pc[r]), schedule[r][pc[r]]});
-    report << (result.blocked.size() == 1 ? "deadlock: " : "; ") << "rank " << r << " blocked at #" << pc[r]
-           << " " << schedule[r][pc[r]].to_string();
-  }
-  for (const std::string& m : mismatch) report << "; message mismatch: " << m;
-  for (const auto& [link, queue] : in_flight) {
-    if (!queue.empty() && result.blocked.empty()) {
-      report << (report.str().empty() ? "" : "; ") << "rank " << link.first << " -> rank " << link.second
-             << ": " << queue.size() << " message(s) never received";
-    }
-  }
-  result.deadlock_report = report.str();
-  result.deadlocked = !result.deadlock_report.empty();
-
-  for (int r = 0; r < ranks; ++r) result.total_time = std::max(result.total_time, clock[r]);
-  for (int r = 0; r < ranks; ++r) {
-    result.idle_time.push_back(result.total_time - result.busy_time[r]);
-    result.bubble_fraction.push_back(result.total_time == 0 ? 0.0
-                                                            : static_cast<double>(result.idle_time[r]) /
-                                                                  static_cast<double>(result.total_time));
-    // Activations live from a micro-batch's forward to its backward on this stage.
-    int64_t live = 0, peak = 0;
-    for (const Action& a : schedule[r]) {
-      if (a.type == ActionType::Forward) peak = std::max(peak, ++live);
-      if (a.type == ActionType::Backward) --live;
-    }
-    result.peak_live_activations.push_back(peak);
-  }
-  return result;
-}
-
-std::string format_timeline(const SimulationResult& result) {
-  const auto ranks = static_cast<int64_t>(result.timeline.size());
-  bool interleaved = false;
-  for (const auto& actions : result.timeline)
-    for (const TimedAction& t : actions) interleaved = interleaved || t.action.stage >= ranks;
-  auto label = [&](const Action& a) { return compute_label(a, ranks, interleaved); };
-  size_t width = 1;
-  for (const auto& actions : result.timeline) {
-    for (const TimedAction& t : actions) {
-      if (t.action.is_compute()) width = std::max(width, label(t.action).size());
-    }
-  }
-  std::ostringstream os;
-  for (size_t r = 0; r < result.timeline.size(); ++r) {
-    std::vector<std::string> cells(result.total_time, ".");
-    for (const TimedAction& t : result.timeline[r]) {
-      if (!t.action.is_compute()) continue;
-      for (int64_t u = t.start; u < t.end; ++u) cells[u] = label(t.action);
-    }
-    std::string line = "stage " + std::to_string(r) + ":";
-    for (const std::string& c : cells) line += " " + c + std::string(width - c.size(), ' ');
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    os << line << "\n";
   }
   return os.str();
 }

@@ -1,25 +1,30 @@
 /*
- * Pipeline-parallel schedules as data: for p stages (stage s on rank s) and m micro-batches,
- * the list of actions each rank performs, in order — compute (forward / backward of one
- * micro-batch) and the blocking point-to-point messages around it. The list can be printed,
- * simulated and checked here, and an executor runs it with a plain loop:
+ * Pipeline-parallel schedules as data. For p ranks and m micro-batches a schedule is, per rank,
+ * the list of actions the rank performs, in order: compute (the forward or the backward of one
+ * micro-batch through one model stage) and the point-to-point messages around it. GPipe, 1F1B
+ * and interleaved 1F1B are all built here as such lists, so that one plain loop runs any of them
+ * (PipelineStageRunner::train_step, pipeline.cpp), and so that they can be printed here and
+ * checked and simulated without any process (schedule_simulator.h):
  *
- *   for (const Action& a : schedule[rank]) switch (a.type) {
- *     case RecvActivation: group.recv(input[a.microbatch], a.peer);   break;
- *     case Forward:        output[a.microbatch] = stage.forward(input[a.microbatch]); break;
- *     case SendActivation: group.send(output[a.microbatch], a.peer);  break;
- *     case RecvGrad:       group.recv(grad_out[a.microbatch], a.peer); break;
- *     case Backward:       grad_in[a.microbatch] = backward(...);     break;
- *     case SendGrad:       group.send(grad_in[a.microbatch], a.peer); break;
+ *   for (const Action& a : schedule[rank]) switch (a.type) {  // x[a]: x of (a.stage, a.microbatch)
+ *     case RecvActivation: input[a] = recv(a.peer);                         break;
+ *     case Forward:        output[a] = chunk[a.stage / p].forward(input[a]); break;
+ *     case SendActivation: send(output[a], a.peer);                         break;
+ *     case RecvGrad:       grad_out[a] = recv(a.peer);                      break;
+ *     case Backward:       grad_in[a] = backward(output[a], grad_out[a]);   break;
+ *     case SendGrad:       send(grad_in[a], a.peer);                        break;
  *   }
  *
- * Around every compute action: a forward on stage s > 0 first receives its input activation
- * from s-1, and a forward on stage s < p-1 then sends its output to s+1; a backward on stage
- * s < p-1 first receives the gradient of its output from s+1, and one on s > 0 then sends the
- * gradient of its input to s-1. The first stage reads the data, the last computes the loss.
+ * Model stages. The model is cut into p·v stages, v "chunks" per rank: stage g runs on rank
+ * g mod p. GPipe and 1F1B have v = 1, so stage s is rank s and the ranks form a chain; with
+ * v > 1 a micro-batch goes round the ranks v times. Around every compute action of stage g: a
+ * forward with g > 0 first receives its input activation from stage g-1, and one with g < p·v-1
+ * then sends its output to g+1; a backward with g < p·v-1 first receives the gradient of its
+ * output from g+1, and one with g > 0 then sends the gradient of its input to g-1. Stage 0 reads
+ * the data, the last stage computes the loss.
  *
- * The two schedules, drawn by format_timeline for p = 4, m = 8 with forward and backward both
- * one time unit (Fi / Bi: forward / backward of micro-batch i; ".": idle):
+ * The three schedules, drawn by format_timeline for p = 4, m = 8 with every forward and backward
+ * one time unit (Fi / Bi: forward / backward of micro-batch i; ".": idle; one row per rank):
  *
  * GPipe (Huang et al., 2019): all forwards, then all backwards.
  *   stage 0: F0 F1 F2 F3 F4 F5 F6 F7 .  .  .  .  .  .  B7 B6 B5 B4 B3 B2 B1 B0
@@ -35,10 +40,29 @@
  *   stage 2: .  .  F0 F1 .  B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 .  B7 .  .
  *   stage 3: .  .  .  F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 .  .  .
  *
- * Bubble. Both take the same time: every stage idles while the pipeline fills (p-1 forwards)
- * and drains (p-1 backwards), so with forward time tf and backward time tb the step takes
- * (m + p - 1)(tf + tb) and each stage is idle (p - 1)(tf + tb) of it: the bubble fraction is
- * (p - 1) / (m + p - 1), small only when m >> p. (The simulator reproduces this exactly.)
+ * Interleaved 1F1B (Narayanan et al., 2021, sec. 2.2; Megatron-LM), v = 2: rank r holds model
+ * stages r ("a") and r + 4 ("b"), each half of a GPipe/1F1B stage, so each box above is split
+ * into two here. Forwards take groups of p micro-batches through chunk a, then the same group
+ * through chunk b; backwards go through the chunks in reverse. Drawn with posted sends (under
+ * blocking ones it deadlocks, see below), in two halves:
+ *   time units 0 .. 18
+ *   stage 0: F0a F1a F2a F3a F0b F1b F2b F3b F4a F5a F6a B0b F7a B1b .   .   F4b B2b F5b
+ *   stage 1: .   F0a F1a F2a F3a F0b F1b F2b F3b F4a B0b F5a B1b F6a B2b F7a B3b F4b B0a
+ *   stage 2: .   .   F0a F1a F2a F3a F0b F1b F2b B0b F3b B1b F4a B2b F5a B3b F6a B0a F7a
+ *   stage 3: .   .   .   F0a F1a F2a F3a F0b B0b F1b B1b F2b B2b F3b B3b F4a B0a F5a B1a
+ *   time units 19 .. 37
+ *   stage 0: B3b F6b B0a F7b B1a B2a B3a .   B4b .   B5b .   B6b .   B7b B4a B5a B6a B7a
+ *   stage 1: F5b B1a F6b B2a F7b B3a .   B4b .   B5b .   B6b .   B7b B4a B5a B6a B7a .
+ *   stage 2: B1a F4b B2a F5b B3a F6b B4b F7b B5b .   B6b .   B7b B4a B5a B6a B7a .   .
+ *   stage 3: F6a B2a F7a B3a F4b B4b F5b B5b F6b B6b F7b B7b B4a B5a B6a B7a .   .   .
+ *
+ * Bubble. GPipe and 1F1B take the same time: every stage idles while the pipeline fills (p-1
+ * forwards) and drains (p-1 backwards), so with forward time tf and backward time tb the step
+ * takes (m + p - 1)(tf + tb) and each stage is idle (p - 1)(tf + tb) of it: the bubble fraction
+ * is (p - 1) / (m + p - 1), small only when m >> p. Interleaving v chunks fills and drains the
+ * pipeline in steps of a chunk, 1/v of a stage, so the idle time shrinks v-fold and the bubble is
+ * (p - 1) / (v·m + p - 1): 6 of 38 units above against 12 of 44 for 1F1B (whose boxes are two
+ * units of these). The price is v times as many messages. (The simulator reproduces all three.)
  *
  * Memory. A stage keeps the activations of a micro-batch from its forward until its backward.
  * GPipe runs all m forwards before any backward, so every stage holds m micro-batches of
@@ -46,21 +70,28 @@
  * stage s never holds more than p - s (at most p) micro-batches, whatever m is, so m can grow
  * to shrink the bubble without growing the activation memory. For p = 4, m = 8 above: GPipe
  * peaks at 8 micro-batches on every stage, 1F1B at 4, 3, 2, 1 on stages 0 .. 3 (the first stage,
- * which waits longest for its first gradient, holds the most).
+ * which waits longest for its first gradient, holds the most). Interleaved 1F1B warms up longer:
+ * rank r holds up to 2(p - r - 1) + (v - 1)p + 1 chunk micro-batches of 1/v of a stage each,
+ * 11, 9, 7, 5 halves above, i.e. 5.5, 4.5, 3.5, 2.5 micro-batches: more than 1F1B, still not m.
  *
  * Deadlock freedom. With blocking send/recv a message completes only when both sides reach it
  * (MPI may send small messages eagerly, but large ones wait for the matching receive: the
- * "rendezvous" model, which simulate() uses by default). Stages form a chain, so a blocked rank
- * waits on a neighbour, and following the waits along the chain must end at two neighbours
- * waiting on each other, each at its next message of their link. If both sides of every link do
- * the link's messages in the same order, those are the two halves of one message, which then
- * completes: no deadlock. So the order on each link is all that matters, and it is built to
- * agree: between two compute actions a rank does the activation messages of that gap before the
- * gradient messages, on both sides of every link (stage s+1 receives the activation of its next
- * forward before it sends the gradient of the backward it just did, while stage s sends that
- * activation before it waits for that gradient; the naive order, send the gradient first,
- * deadlocks: both ranks send, neither receives). check_pairwise_order() verifies the agreement
- * for every pair and simulate() runs the whole schedule; the tests do both for many (p, m).
+ * "rendezvous" model, which simulate() uses by default). With one stage per rank the stages form
+ * a chain, so a blocked rank waits on a neighbour, and following the waits along the chain must
+ * end at two neighbours waiting on each other, each at its next message of their link. If both
+ * sides of every link do the link's messages in the same order, those are the two halves of one
+ * message, which then completes: no deadlock. So the order on each link is all that matters, and
+ * it is built to agree: between two compute actions a rank does the activation messages of that
+ * gap before the gradient messages, on both sides of every link (stage s+1 receives the
+ * activation of its next forward before it sends the gradient of the backward it just did, while
+ * stage s sends that activation before it waits for that gradient; the naive order, send the
+ * gradient first, deadlocks: both ranks send, neither receives). check_pairwise_order() verifies
+ * the agreement for every pair and simulate() runs the whole schedule; the tests do both for many
+ * (p, m). Interleaved chunks break the chain: activations go from rank p-1 back to rank 0, so the
+ * ranks form a ring, where two neighbours can both be sending, each waiting for the other to
+ * receive, and blocking sends deadlock. Posted sends (the Eager model) cannot block, so there
+ * only each direction's order has to agree; PipelineStageRunner posts every send, and
+ * simulate(..., Eager) checks interleaved schedules.
  */
 #pragma once
 
@@ -73,9 +104,11 @@ namespace loom::distributed::pipeline {
 // Compute actions (Forward, Backward) and the blocking messages around them.
 enum class ActionType { Forward, Backward, SendActivation, RecvActivation, SendGrad, RecvGrad };
 
-// One step of one rank. `stage` is the model stage the action belongs to (the rank's own stage:
-// stage s runs on rank s); `peer` is the other rank of a send/recv, -1 for compute actions. An
-// executor may use the micro-batch as the message tag.
+// One step of one rank. `stage` is the model stage the action belongs to (stage g runs on rank
+// g mod p: the rank's own stage unless interleaved); `peer` is the other rank of a send/recv, -1
+// for compute actions. A message is identified by its micro-batch and the model-stage boundary
+// it crosses (two ranks share several boundaries when interleaved): the executor tags by the
+// boundary, and messages of one tag between two ranks keep their order.
 struct Action {
   ActionType type;
   int64_t microbatch;
@@ -127,78 +160,5 @@ Schedule make_schedule(ScheduleKind kind, int64_t stages, int64_t microbatches, 
 std::string format_schedule(const Schedule& schedule);
 // That label of one compute action on a schedule of `ranks` ranks.
 std::string compute_label(const Action& a, int64_t ranks, bool interleaved);
-
-// How simulate() treats a send.
-//   Rendezvous: a send and its receive complete together, when both ranks have reached them
-//     (MPI's behaviour for large messages; the strict model: a schedule that passes it also
-//     passes under Eager).
-//   Eager: a send completes at once (the message is buffered); a receive waits for it.
-enum class CommModel { Rendezvous, Eager };
-
-struct SimulationOptions {
-  int64_t forward_cost = 1;   // time units of one forward of one micro-batch on one stage
-  int64_t backward_cost = 2;  // backward ~ 2 x forward (gradients for inputs and for weights)
-  CommModel comm = CommModel::Rendezvous;
-};
-
-// One action as it ran: start and end time. Messages take no time of their own; a send or
-// receive that had to wait for its peer has end > start (blocked).
-struct TimedAction {
-  Action action;
-  int64_t start;
-  int64_t end;
-};
-
-// Where a rank stopped in a deadlock: its position in its list and the action it waits on.
-struct BlockedRank {
-  int rank;
-  int64_t index;
-  Action action;
-};
-
-struct SimulationResult {
-  // True when the schedule cannot run to its end: some rank waits forever (deadlock), or, under
-  // Eager, a receive meets another message than it expects or a sent message is never received.
-  bool deadlocked = false;
-  // The ranks that had not finished when the simulation stopped, with the action each stopped at.
-  std::vector<BlockedRank> blocked;
-  // What went wrong, "" when nothing did: "deadlock: rank 0 blocked at #3 send act 1 -> rank 1;
-  // rank 1 blocked at #3 send grad 0 -> rank 0", "; message mismatch: ...", "... never received".
-  std::string deadlock_report;
-  // Makespan: the time at which the last rank finished (up to the deadlock, if any).
-  int64_t total_time = 0;
-  // Per rank: time spent computing, idle time (total_time - busy) and idle / total_time.
-  std::vector<int64_t> busy_time;
-  std::vector<int64_t> idle_time;
-  std::vector<double> bubble_fraction;
-  // Per rank: the largest number of micro-batches whose forward is done and backward is not,
-  // i.e. how many micro-batches of activations the stage holds at once (from the list's order;
-  // it does not depend on the timing).
-  std::vector<int64_t> peak_live_activations;
-  // Per rank: the actions that completed, with their times.
-  std::vector<std::vector<TimedAction>> timeline;
-};
-
-// Runs all ranks' lists together with blocking point-to-point semantics (options.comm) and the
-// given compute costs, and reports deadlock, time, idle time and activation memory. A deadlock
-// (or a receive that meets a different message than it expects under Eager) is a result, not an
-// error. Throws loom::Error for a malformed schedule: a peer outside [0, ranks) or equal to the
-// rank itself, a compute action with a peer, a negative micro-batch, or costs < 1.
-SimulationResult simulate(const Schedule& schedule, const SimulationOptions& options = {});
-
-// For every pair of ranks (a, b): the messages between them — both directions, in the order each
-// side performs them — must pair up: the k-th message on a is the counterpart of the k-th on b
-// (send <-> recv, same kind — activation or gradient — and same micro-batch). In particular the
-// sends from a to b are exactly b's receives from a, in order. Checking the two directions
-// together also catches two ranks that both send first, which blocks under rendezvous. Returns
-// one line per mismatching pair ("rank 0 <-> rank 1: message #2 is send act 2 -> rank 1 on rank
-// 0 but recv act 1 <- rank 0 on rank 1"); empty when every pair matches. On a chain of stages,
-// an empty result means simulate() under Rendezvous cannot deadlock (schedule.h). Throws
-// loom::Error for a malformed schedule, as simulate().
-std::vector<std::string> check_pairwise_order(const Schedule& schedule);
-
-// The simulated time-step grid, one line per rank, one cell per time unit: "F3" for each unit
-// of a forward of micro-batch 3, "B3" for a backward, "." idle (cells padded to one width).
-std::string format_timeline(const SimulationResult& result);
 
 }  // namespace loom::distributed::pipeline
