@@ -16,6 +16,7 @@
 #include "ops/ops.h"
 
 #if LOOM_TRAIN_WITH_MPI
+#include "distributed/gradient_sync.h"
 #include "distributed/process_group.h"
 #include "distributed/tensor_parallel/vocab_parallel.h"
 #endif
@@ -273,48 +274,21 @@ void Parallelism::backward(const Tensor& loss, bool sync) {
   loss.backward();
 }
 
-void Parallelism::average_gradients() {
-#if LOOM_TRAIN_WITH_MPI
-  NoGradGuard no_grad;
-  std::vector<Tensor> params = local_->parameters(), grads;
-  for (const Tensor& p : params)
-    grads.push_back(p.grad().defined() ? p.grad().reshape({-1}) : zeros({p.numel()}, p.options()));
-  // One all-reduce for the whole piece: waits for the replicas' gradients of the same step.
-  Tensor flat = cat(grads, 0);
-  mesh_->data_group().all_reduce(flat);
-  flat.div_(static_cast<double>(options_.dp));
-  int64_t offset = 0;
-  for (Tensor& p : params) {
-    if (p.grad().defined())
-      p.mutable_grad().copy_(flat.slice(0, offset, offset + p.numel()).reshape(p.sizes()));
-    offset += p.numel();
-  }
-#endif
-}
-
-// clip_grad_norm_ over the whole model when it is split over ranks: the squares of this rank's
-// gradients, a replicated parameter's counted on tensor rank 0 only, summed over the tensor
-// group and then over the pipeline group (every replica holds the same averaged gradients).
+// clip_grad_norm_ over the whole model when it is split over ranks: a replicated parameter's
+// gradient counted on tensor rank 0 only, the tied embedding's on the first stage only, summed
+// over the tensor group and then over the pipeline group (every replica holds the same averaged
+// gradients).
 double Parallelism::clip_global_norm(double max_norm) {
-  NoGradGuard no_grad;
-  double squares = 0;
-  for (const auto& [name, p] : local_->named_parameters()) {
-    if (!p.grad().defined() || (replicated_.count(name) && coord_tp_ != 0) || tied_copies_.count(name))
-      continue;
-    Tensor g = p.grad().to(kFloat64);
-    squares += g.mul(g).sum().item<double>();
-  }
-  Tensor total = loom::full({1}, squares, TensorOptions(kFloat64));
 #if LOOM_TRAIN_WITH_MPI
-  mesh_->tensor_group().all_reduce(total);    // waits for this stage's other shards
-  mesh_->pipeline_group().all_reduce(total);  // waits for the other stages
+  std::vector<Tensor> counted;
+  for (const auto& [name, p] : local_->named_parameters())
+    if ((coord_tp_ == 0 || !placement_.replicated.count(name)) && !tied_copies_.count(name)) counted.push_back(p);
+  return distributed::clip_grad_norm_across(local_->parameters(), counted, max_norm,
+                                            {&mesh_->tensor_group(), &mesh_->pipeline_group()});
+#else
+  (void)max_norm;
+  return 0;
 #endif
-  const double norm = std::sqrt(total.item<double>());
-  const double coef = max_norm / (norm + 1e-6);  // as nn::clip_grad_norm_
-  if (coef < 1.0)
-    for (Tensor& p : local_->parameters())
-      if (p.grad().defined()) p.mutable_grad().mul_(coef);
-  return norm;
 }
 
 void Parallelism::step(nn::GradScaler& scaler, double clip) {
@@ -325,7 +299,7 @@ void Parallelism::step(nn::GradScaler& scaler, double clip) {
     zero_->zero_grad();
     return;
   }
-  if (sharded() && options_.dp > 1) average_gradients();
+  if (sharded() && options_.dp > 1) distributed::average_gradients(local_->parameters(), mesh_->data_group());
 #endif
   if (clip > 0) {
     scaler.unscale_(*optimizer_);  // clip the true gradients, not the scaled ones

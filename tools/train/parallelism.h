@@ -41,6 +41,7 @@
 #include "distributed/ddp.h"
 #include "distributed/mesh.h"
 #include "distributed/pipeline/pipeline.h"
+#include "distributed/shard_placement.h"
 #include "distributed/tensor_parallel/gpt.h"
 #include "distributed/zero.h"
 #endif
@@ -151,12 +152,6 @@ class Parallelism {
   std::optional<PipelineReport> pipeline_report();
 
  private:
-  // Where a local parameter's values sit in the full model: `length` rows (dim 0) or columns
-  // (dim 1) from local_begin of the local tensor at full_begin of the full one.
-  struct Piece {
-    std::string local_name, full_name;
-    int64_t dim = 0, full_begin = 0, local_begin = 0, length = 0;
-  };
   void build_mlp(const nn::Sequential& full_mlp);
   void build_gpt(const nn::GPT& full_gpt);
   void build_gpt_pipeline(nn::GPT& full_gpt);
@@ -166,10 +161,7 @@ class Parallelism {
   // gpt with --pp: the token embedding is on the first stage and, as the output head's tied
   // weight, on the last; each gets the other's gradient added (an all-reduce over the pipeline).
   void tie_gradients();
-  // A parameter whose every value is on this rank (`replicated` over the tensor group).
-  void whole(const std::string& local_name, const std::string& full_name, const Tensor& t, bool replicated);
-  void check_pieces() const;
-  void average_gradients();
+  void check_mlp_divides(const nn::Sequential& full_mlp) const;
   double clip_global_norm(double max_norm);
   Eval evaluate_pipeline(data::DataLoader& loader, bool tokens);
   Eval evaluate_tensor_parallel(data::DataLoader& loader, bool tokens);
@@ -178,13 +170,12 @@ class Parallelism {
   TrainOptions options_;
   int rank_ = 0, size_ = 1, coord_dp_ = 0, coord_tp_ = 0, coord_pp_ = 0;
   std::shared_ptr<nn::Module> full_, local_, ddp_module_;
-  std::vector<Piece> pieces_;
-  std::set<std::string> replicated_;   // local names of parameters every tensor rank holds whole
   std::set<std::string> tied_copies_;  // the last stage's copy of the tied token embedding
   Tensor tied_weight_;                 // gpt with --pp: the token embedding (on every rank)
   std::unique_ptr<nn::Optimizer> optimizer_;
   int64_t steps_run_ = 0;  // forward_backward calls, for choosing the traced ones
 #if LOOM_TRAIN_WITH_MPI
+  distributed::ModelPlacement placement_;  // where this rank's parameters sit in full_
   std::shared_ptr<distributed::ProcessGroup> world_;
   std::unique_ptr<distributed::DeviceMesh> mesh_;
   std::shared_ptr<distributed::DistributedDataParallel> ddp_;
