@@ -390,11 +390,6 @@ __global__ void adaptive_avg_pool2d_backward_kernel(T* gx, Strides4 gx_s, const 
   }
 }
 
-// Launch configuration of the one-thread-per-element kernels.
-LaunchConfig independent(int64_t n, cudaStream_t stream) {
-  return {grid_for(n), 256, 0, stream, BlockThreads::kIndependent};
-}
-
 }  // namespace
 
 // ---- launchers -----------------------------------------------------------------------------
@@ -404,7 +399,7 @@ cudaError_t launch_conv2d(int dtype, void* out, Strides4 out_s, const void* x, S
                           cudaStream_t stream) {
   return visit_floating_code(dtype, [&](auto t) {
     using T = decltype(t);
-    return launch<conv2d_kernel<T>>(independent(g.n * g.cout * g.ho * g.wo, stream), static_cast<T*>(out),
+    return launch<conv2d_kernel<T>>(grid_stride(g.n * g.cout * g.ho * g.wo, stream), static_cast<T*>(out),
                                     out_s, static_cast<const T*>(x), x_s, static_cast<const T*>(w), w_s,
                                     static_cast<const T*>(bias), bias_stride, g);
   });
@@ -416,7 +411,7 @@ cudaError_t launch_conv2d_backward_input(int dtype, void* grad_input, Strides4 g
   return visit_floating_code(dtype, [&](auto t) {
     using T = decltype(t);
     return launch<conv2d_backward_input_kernel<T>>(
-        independent(g.n * g.cin * g.h * g.w, stream), static_cast<T*>(grad_input), gi_s,
+        grid_stride(g.n * g.cin * g.h * g.w, stream), static_cast<T*>(grad_input), gi_s,
         static_cast<const T*>(grad_out), go_s, static_cast<const T*>(w), w_s, g);
   });
 }
@@ -437,7 +432,7 @@ cudaError_t launch_conv2d_backward_weight(int dtype, void* grad_weight, Strides4
     // A block per weight pays off only for few weights over a long reduction; with thousands of
     // weights a thread each already fills the GPU (and the emulator runs it far faster).
     if (positions < kReduceBlock || items >= 2048)
-      return launch<conv2d_backward_weight_kernel<T>>(independent(items, stream), gw, gw_s, gb, gb_stride, gy,
+      return launch<conv2d_backward_weight_kernel<T>>(grid_stride(items, stream), gw, gw_s, gb, gb_stride, gy,
                                                       go_s, xp, x_s, g, items);
     const unsigned blocks =
         static_cast<unsigned>(items < kMaxReduceBlocks ? (items < 1 ? 1 : items) : kMaxReduceBlocks);
@@ -451,14 +446,14 @@ cudaError_t launch_max_pool2d(int dtype, void* out, Strides4 out_s, int64_t* ind
                               const void* x, Strides4 x_s, const PoolGeometry& g, cudaStream_t stream) {
   return visit_floating_code(dtype, [&](auto t) {
     using T = decltype(t);
-    return launch<max_pool2d_kernel<T>>(independent(g.n * g.c * g.ho * g.wo, stream), static_cast<T*>(out),
+    return launch<max_pool2d_kernel<T>>(grid_stride(g.n * g.c * g.ho * g.wo, stream), static_cast<T*>(out),
                                         out_s, indices, idx_s, static_cast<const T*>(x), x_s, g);
   });
 }
 
 cudaError_t launch_check_pool_indices(int* bad, const int64_t* indices, Strides4 idx_s, const PoolGeometry& g,
                                       cudaStream_t stream) {
-  return launch<check_pool_indices_kernel>(independent(g.n * g.c * g.ho * g.wo, stream), bad, indices, idx_s,
+  return launch<check_pool_indices_kernel>(grid_stride(g.n * g.c * g.ho * g.wo, stream), bad, indices, idx_s,
                                            g);
 }
 
@@ -467,7 +462,7 @@ cudaError_t launch_max_pool2d_backward(int dtype, void* grad_input, Strides4 gi_
                                        const PoolGeometry& g, cudaStream_t stream) {
   return visit_floating_code(dtype, [&](auto t) {
     using T = decltype(t);
-    return launch<max_pool2d_backward_kernel<T>>(independent(g.n * g.c * g.h * g.w, stream),
+    return launch<max_pool2d_backward_kernel<T>>(grid_stride(g.n * g.c * g.h * g.w, stream),
                                                  static_cast<T*>(grad_input), gi_s,
                                                  static_cast<const T*>(grad_out), go_s, indices, idx_s, g);
   });
@@ -477,7 +472,7 @@ cudaError_t launch_avg_pool2d(int dtype, void* out, Strides4 out_s, const void* 
                               const PoolGeometry& g, cudaStream_t stream) {
   return visit_floating_code(dtype, [&](auto t) {
     using T = decltype(t);
-    return launch<avg_pool2d_kernel<T>>(independent(g.n * g.c * g.ho * g.wo, stream), static_cast<T*>(out),
+    return launch<avg_pool2d_kernel<T>>(grid_stride(g.n * g.c * g.ho * g.wo, stream), static_cast<T*>(out),
                                         out_s, static_cast<const T*>(x), x_s, g);
   });
 }
@@ -486,7 +481,7 @@ cudaError_t launch_avg_pool2d_backward(int dtype, void* grad_input, Strides4 gi_
                                        Strides4 go_s, const PoolGeometry& g, cudaStream_t stream) {
   return visit_floating_code(dtype, [&](auto t) {
     using T = decltype(t);
-    return launch<avg_pool2d_backward_kernel<T>>(independent(g.n * g.c * g.h * g.w, stream),
+    return launch<avg_pool2d_backward_kernel<T>>(grid_stride(g.n * g.c * g.h * g.w, stream),
                                                  static_cast<T*>(grad_input), gi_s,
                                                  static_cast<const T*>(grad_out), go_s, g);
   });
@@ -496,7 +491,7 @@ cudaError_t launch_adaptive_avg_pool2d(int dtype, void* out, Strides4 out_s, con
                                        const PoolGeometry& g, cudaStream_t stream) {
   return visit_floating_code(dtype, [&](auto t) {
     using T = decltype(t);
-    return launch<adaptive_avg_pool2d_kernel<T>>(independent(g.n * g.c * g.ho * g.wo, stream),
+    return launch<adaptive_avg_pool2d_kernel<T>>(grid_stride(g.n * g.c * g.ho * g.wo, stream),
                                                  static_cast<T*>(out), out_s, static_cast<const T*>(x), x_s,
                                                  g);
   });
@@ -507,7 +502,7 @@ cudaError_t launch_adaptive_avg_pool2d_backward(int dtype, void* grad_input, Str
                                                 cudaStream_t stream) {
   return visit_floating_code(dtype, [&](auto t) {
     using T = decltype(t);
-    return launch<adaptive_avg_pool2d_backward_kernel<T>>(independent(g.n * g.c * g.h * g.w, stream),
+    return launch<adaptive_avg_pool2d_backward_kernel<T>>(grid_stride(g.n * g.c * g.h * g.w, stream),
                                                           static_cast<T*>(grad_input), gi_s,
                                                           static_cast<const T*>(grad_out), go_s, g);
   });

@@ -54,7 +54,7 @@ cudaError_t launch_copy(void* dst, int dst_dtype, const void* src, int src_dtype
     using D = decltype(d);
     return visit_code(src_dtype, [&](auto s) {
       using S = decltype(s);
-      return launch<copy_kernel<D, S>>({grid_for(numel), 256, 0, stream, BlockThreads::kIndependent},
+      return launch<copy_kernel<D, S>>(grid_stride(numel, stream),
                                        static_cast<D*>(dst), static_cast<const S*>(src), layout, numel);
     });
   });
@@ -72,7 +72,7 @@ cudaError_t launch_fill(void* dst, int dtype, const StridedLayout& layout, int64
     } else {
       value = convert<T>(value_float);
     }
-    return launch<fill_kernel<T>>({grid_for(numel), 256, 0, stream, BlockThreads::kIndependent}, static_cast<T*>(dst),
+    return launch<fill_kernel<T>>(grid_stride(numel, stream), static_cast<T*>(dst),
                                   value, layout, numel);
   });
 }

@@ -111,13 +111,6 @@ __host__ __device__ inline int64_t strided_offset(int64_t i, int ndim, const int
   return offset;
 }
 
-// Blocks for a grid-stride loop over n elements: enough to fill an H100 several times over
-// (132 SMs x 2048 threads / 256 = 1056 blocks), not more.
-inline unsigned grid_for(int64_t n, int64_t block = 256, int64_t max_blocks = 4096) {
-  int64_t blocks = (n + block - 1) / block;
-  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > max_blocks ? max_blocks : blocks));
-}
-
 // ---- shared memory ------------------------------------------------------------------------
 
 template <class T>

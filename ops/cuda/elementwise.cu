@@ -1,6 +1,6 @@
 /*
  * CUDA elementwise kernels: unary and binary ops, comparisons, logical ops, where, clamp, gelu
- * and its backward, arange and the counter-based random fills.
+ * and its backward (arange and the random fills are in factories.cu).
  *
  * One generic apply (STYLE.md rule 5, like ggml-cuda/unary.cu): a scalar functor per op, run
  * by one of two kernels over N same-shaped operands (operand 0 the output).
@@ -12,10 +12,6 @@
  * Functors take and return opmath values (float for the 16-bit types) and mirror
  * ops/cpu/elementwise_functors.h, quirks included (sign of NaN is 0, relu keeps NaN,
  * maximum/minimum propagate NaN, integer pow wraps and truncates negative exponents).
- *
- * The random fills reproduce ops/cpu/copy_kernels.cpp exactly: one thread per Philox counter,
- * the same lanes-to-elements map, and products kept unfused (nvcc would otherwise contract
- * a + b * c into an FMA, which the CPU build does not) so that f32 results are bit-identical.
  */
 #include <cstdint>
 #include <algorithm>
@@ -25,53 +21,16 @@
 #include <type_traits>
 #include <utility>
 
+#include "ops/cuda/device_math.cuh"
 #include "ops/cuda/device_utils.cuh"
 #include "ops/cuda/elementwise_launchers.h"
 #include "ops/cuda/launch.cuh"
-#include "core/philox.h"
 
 namespace loom::cuda {
 
 // ---- kernels -------------------------------------------------------------------------------
 
 namespace {
-
-// ---- device math: one name per function for float and double ----
-#define LOOM_EW_MATH(name, fname, dname)                               \
-  __device__ inline float name(float x) { return ::fname(x); }         \
-  __device__ inline double name(double x) { return ::dname(x); }
-LOOM_EW_MATH(m_exp, expf, exp)
-LOOM_EW_MATH(m_log, logf, log)
-LOOM_EW_MATH(m_log1p, log1pf, log1p)
-LOOM_EW_MATH(m_sqrt, sqrtf, sqrt)
-LOOM_EW_MATH(m_sin, sinf, sin)
-LOOM_EW_MATH(m_cos, cosf, cos)
-LOOM_EW_MATH(m_tanh, tanhf, tanh)
-LOOM_EW_MATH(m_erf, erff, erf)
-LOOM_EW_MATH(m_fabs, fabsf, fabs)
-#undef LOOM_EW_MATH
-__device__ inline float m_pow(float a, float b) { return ::powf(a, b); }
-__device__ inline double m_pow(double a, double b) { return ::pow(a, b); }
-
-__device__ inline float quiet_nan(float) { return __int_as_float(0x7fc00000); }
-__device__ inline double quiet_nan(double) { return __longlong_as_double(0x7ff8000000000000ll); }
-
-// a * b rounded on its own: keeps nvcc from fusing it with a following add (the CPU build
-// compiles with -ffp-contract=off semantics), so the random fills match bit for bit.
-__device__ inline float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-__device__ inline double mul_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
 
 template <class M>
 inline constexpr bool kIsFloat = std::is_floating_point<M>::value;
@@ -391,59 +350,6 @@ __global__ void vectorized_kernel(F f, int64_t numel, Out* out, const In*... in)
   for (int64_t i = nvec * kVec + start; i < numel; i += step) out[i] = f(in[i]...);
 }
 
-// ---- arange and random fills ----
-
-template <class T>
-__global__ void arange_kernel(T* out, int64_t numel, double start, double step) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < numel; i += int64_t{gridDim.x} * blockDim.x)
-    out[i] = convert<T>(start + mul_rn(static_cast<double>(i), step));
-}
-
-// What one random element gets from lane k of its counter's 4 x 32 bits.
-struct RandomParams {
-  double a, b;       // uniform (double): low, high - low; normal: mean, stddev
-  float lo, span;    // uniform (other types): float low, high - low; bernoulli: lo = p
-  int64_t int_low;   // randint
-  uint64_t range;    // randint
-};
-
-template <class T, RandomOp kOp>
-__device__ inline T random_value(int k, const PhiloxLanes& r, const RandomParams& p) {
-  if constexpr (kOp == RandomOp::kUniform) {
-    if constexpr (std::is_same<T, double>::value) {
-      return p.a + mul_rn(p.b, uniform_double(r.v[2 * k], r.v[2 * k + 1]));
-    } else {
-      return convert<T>(p.lo + mul_rn(p.span, uniform_float(r.v[k])));
-    }
-  } else if constexpr (kOp == RandomOp::kNormal) {
-    // Box-Muller on lane pairs (0,1) and (2,3); u1 in (0, 1] so that log(u1) is finite.
-    const int pair = k / 2;
-    const double u1 = (static_cast<double>(r.v[2 * pair]) + 1.0) * 0x1p-32;
-    const double u2 = static_cast<double>(r.v[2 * pair + 1]) * 0x1p-32;
-    const double radius = ::sqrt(-2.0 * ::log(u1));
-    const double theta = mul_rn(2.0 * 3.14159265358979323846, u2);
-    const double z = (k % 2 == 0) ? mul_rn(radius, ::cos(theta)) : mul_rn(radius, ::sin(theta));
-    return convert<T>(p.a + mul_rn(p.b, z));
-  } else if constexpr (kOp == RandomOp::kRandint) {
-    const uint64_t bits = static_cast<uint64_t>(r.v[2 * k]) << 32 | r.v[2 * k + 1];
-    return convert<T>(static_cast<double>(p.int_low + static_cast<int64_t>(bits % p.range)));
-  } else {
-    return convert<T>(uniform_float(r.v[k]) < p.lo ? 1.0f : 0.0f);
-  }
-}
-
-// One thread per counter: element i draws from counter offset + i / per_counter, lane
-// i % per_counter (two lanes per element for double uniforms and randint).
-template <class T, RandomOp kOp, int kPerCounter>
-__global__ void random_kernel(T* out, int64_t numel, RandomParams params, uint64_t seed, uint64_t offset) {
-  const int64_t groups = (numel + kPerCounter - 1) / kPerCounter;
-  for (int64_t g = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; g < groups; g += int64_t{gridDim.x} * blockDim.x) {
-    const PhiloxLanes lanes = philox4x32_10(seed, 0, offset + static_cast<uint64_t>(g));
-    const int64_t first = g * kPerCounter;
-    for (int k = 0; k < kPerCounter && first + k < numel; ++k) out[first + k] = random_value<T, kOp>(k, lanes, params);
-  }
-}
-
 }  // namespace
 
 // ---- launchers -----------------------------------------------------------------------------
@@ -484,7 +390,7 @@ cudaError_t apply(const F& f, const ElementwiseLayout& l, int64_t numel, cudaStr
   if (contiguous && numel >= kVec && aligned_to(out, sizeof(Out) * kVec) &&
       (aligned_to(in, sizeof(In) * kVec) && ...)) {
     return launch<vectorized_kernel<kVec, F, Out, In...>>(
-        {grid_for((numel + kVec - 1) / kVec, kBlock), kBlock, 0, stream, BlockThreads::kIndependent}, f, numel, out,
+        grid_stride((numel + kVec - 1) / kVec, stream, kBlock), f, numel, out,
         in...);
   }
   // 32-bit math needs the index plus one grid stride, and every operand's furthest offset, to
@@ -496,7 +402,7 @@ cudaError_t apply(const F& f, const ElementwiseLayout& l, int64_t numel, cudaStr
     for (int d = 0; d < l.ndim; ++d) reach += (l.sizes[d] - 1) * std::llabs(l.strides[k][d]);
     small = small && reach <= kInt32Max;
   }
-  const LaunchConfig config{grid_for(numel, kBlock), kBlock, 0, stream, BlockThreads::kIndependent};
+  const LaunchConfig config = grid_stride(numel, stream, kBlock);
   if (small) {
     return launch<strided_kernel<int32_t, F, Out, In...>>(config, f, offset_calc<int32_t, N>(l),
                                                           static_cast<int32_t>(numel), out, in...);
@@ -616,61 +522,6 @@ cudaError_t launch_where(int dtype, void* out, const void* cond, const void* a, 
     return apply(WhereF{}, layout, numel, stream, static_cast<T*>(out), static_cast<const bool*>(cond),
                  static_cast<const T*>(a), static_cast<const T*>(b));
   });
-}
-
-cudaError_t launch_arange(int dtype, void* out, int64_t numel, double start, double step, cudaStream_t stream) {
-  if (numel == 0) return cudaSuccess;
-  return visit_numeric_code(dtype, [&](auto t) {
-    using T = decltype(t);
-    return launch<arange_kernel<T>>({grid_for(numel, kBlock), kBlock, 0, stream, BlockThreads::kIndependent},
-                                    static_cast<T*>(out), numel, start, step);
-  });
-}
-
-cudaError_t launch_random(RandomOp op, int dtype, void* out, int64_t numel, double a, double b, uint64_t seed,
-                          uint64_t offset, cudaStream_t stream) {
-  if (numel == 0) return cudaSuccess;
-  RandomParams p{};
-  auto go = [&](auto t, auto kernel_tag, auto per_counter) {
-    using T = decltype(t);
-    constexpr RandomOp kOp = decltype(kernel_tag)::value;
-    constexpr int kPer = decltype(per_counter)::value;
-    const int64_t groups = (numel + kPer - 1) / kPer;
-    return launch<random_kernel<T, kOp, kPer>>({grid_for(groups, kBlock), kBlock, 0, stream, BlockThreads::kIndependent},
-                                               static_cast<T*>(out), numel, p, seed, offset);
-  };
-  using Uniform = std::integral_constant<RandomOp, RandomOp::kUniform>;
-  using Normal = std::integral_constant<RandomOp, RandomOp::kNormal>;
-  using Randint = std::integral_constant<RandomOp, RandomOp::kRandint>;
-  using Bernoulli = std::integral_constant<RandomOp, RandomOp::kBernoulli>;
-  using Two = std::integral_constant<int, 2>;
-  using Four = std::integral_constant<int, 4>;
-  switch (op) {
-    case RandomOp::kUniform:
-      p.a = a;
-      p.b = b - a;
-      p.lo = static_cast<float>(a);
-      p.span = static_cast<float>(b - a);
-      return visit_floating_code(dtype, [&](auto t) {
-        if constexpr (std::is_same<decltype(t), double>::value) {
-          return go(t, Uniform{}, Two{});
-        } else {
-          return go(t, Uniform{}, Four{});
-        }
-      });
-    case RandomOp::kNormal:
-      p.a = a;
-      p.b = b;
-      return visit_floating_code(dtype, [&](auto t) { return go(t, Normal{}, Four{}); });
-    case RandomOp::kRandint:
-      p.int_low = static_cast<int64_t>(a);
-      p.range = static_cast<uint64_t>(static_cast<int64_t>(b) - p.int_low);
-      return visit_numeric_code(dtype, [&](auto t) { return go(t, Randint{}, Two{}); });
-    case RandomOp::kBernoulli:
-      p.lo = static_cast<float>(a);
-      return visit_code(dtype, [&](auto t) { return go(t, Bernoulli{}, Four{}); });
-  }
-  return cudaErrorInvalidValue;
 }
 
 }  // namespace loom::cuda

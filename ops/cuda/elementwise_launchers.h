@@ -1,5 +1,6 @@
 /*
- * The interface of the CUDA elementwise kernels (ops/cuda/elementwise.cu) for the C++20 side
+ * The interface of the CUDA elementwise kernels (ops/cuda/elementwise.cu, and factories.cu for
+ * arange and the random fills) for the C++20 side
  * (elementwise_kernels.cpp): op codes, a layout of up to four same-shaped operands, and the
  * launchers. Plain C++17, like launchers.h, because the .cu files see no Loom headers.
  */
@@ -62,6 +63,8 @@ cudaError_t launch_gelu_backward(int dtype, void* out, const void* grad, const v
 // out = cond ? a : b (cond bool, a, b and out `dtype`).
 cudaError_t launch_where(int dtype, void* out, const void* cond, const void* a, const void* b,
                          const ElementwiseLayout& layout, int64_t numel, cudaStream_t stream);
+
+// ---- factories (ops/cuda/factories.cu)
 
 // out[i] = start + i * step for a contiguous out.
 cudaError_t launch_arange(int dtype, void* out, int64_t numel, double start, double step, cudaStream_t stream);

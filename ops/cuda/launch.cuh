@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 
@@ -30,6 +31,19 @@ struct LaunchConfig {
   cudaStream_t stream = nullptr;
   BlockThreads threads = BlockThreads::kCooperative;
 };
+
+// Blocks for a grid-stride loop over n elements: enough to fill an H100 several times over
+// (132 SMs x 2048 threads / 256 = 1056 blocks), not more.
+inline unsigned grid_for(int64_t n, int64_t block = 256, int64_t max_blocks = 4096) {
+  int64_t blocks = (n + block - 1) / block;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > max_blocks ? max_blocks : blocks));
+}
+
+// A grid-stride loop over n elements whose threads never communicate: `block` threads a block,
+// grid_for's blocks.
+inline LaunchConfig grid_stride(int64_t n, cudaStream_t stream, int block = 256) {
+  return LaunchConfig{grid_for(n, block), static_cast<unsigned>(block), 0, stream, BlockThreads::kIndependent};
+}
 
 #if defined(LOOM_CUDA_EMULATED)
 namespace detail {

@@ -1,5 +1,5 @@
 /*
- * The interface between ops/cuda/nn_kernels.cpp (C++20) and ops/cuda/nn.cu (C++17): softmax,
+ * The interface between ops/cuda/nn_kernels.cpp (C++20) and ops/cuda/nn.cu and norm.cu (C++17): softmax,
  * log_softmax, layer and batch normalisation and nll_loss, forward and backward, as plain
  * pointers, dtype codes and sizes. `dtype` is the code of the input x (or logp); "A" below is
  * the statistics type: float, or double for float64 x. Every pointer is device memory (null

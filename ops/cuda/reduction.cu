@@ -301,7 +301,7 @@ cudaError_t run_reduction(const T* in, const ReduceGeometry& g, const R& r, void
   const int64_t items = g.n_out * g.splits;
   cudaError_t err;
   if (g.strategy == ReduceStrategy::kThreadPerOutput) {
-    err = launch<reduce_thread_kernel<T, R>>({grid_for(items), 256, 0, stream, BlockThreads::kIndependent}, in, g, r,
+    err = launch<reduce_thread_kernel<T, R>>(grid_stride(items, stream), in, g, r,
                                              partial);
   } else {
     if (g.block % 32 != 0 || g.block < 32 || g.block > 1024) return cudaErrorInvalidValue;
@@ -312,7 +312,7 @@ cudaError_t run_reduction(const T* in, const ReduceGeometry& g, const R& r, void
   }
   if (err != cudaSuccess || g.splits == 1) return err;
   // The stream orders this pass after the partials are written.
-  return launch<reduce_partials_kernel<R>>({grid_for(g.n_out), 256, 0, stream, BlockThreads::kIndependent},
+  return launch<reduce_partials_kernel<R>>(grid_stride(g.n_out, stream),
                                            static_cast<const Acc*>(partial), g.n_out, g.splits, r);
 }
 

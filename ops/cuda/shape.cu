@@ -26,8 +26,6 @@ namespace loom::cuda {
 
 namespace {
 
-constexpr int kBlock = 256;
-
 // Offsets of row-major position i in the three operands of l, with dim `skip` (if >= 0)
 // treated as size 1: i then numbers the lines along `skip`.
 __device__ inline void offsets_of(int64_t i, const Layout3& l, int skip, int64_t* o) {
@@ -191,10 +189,6 @@ cudaError_t visit_element_size(int size, F&& f) {
   }
 }
 
-LaunchConfig independent(int64_t n, cudaStream_t stream) {
-  return {grid_for(n, kBlock), kBlock, 0, stream, BlockThreads::kIndependent};
-}
-
 int64_t numel_of(const Layout3& l) {
   int64_t n = 1;
   for (int d = 0; d < l.ndim; ++d) n *= l.sizes[d];
@@ -210,7 +204,7 @@ cudaError_t launch_strided_move(void* dst, const void* src, int element_size, co
   if (numel == 0) return cudaSuccess;
   return visit_element_size(element_size, [&](auto u) {
     using U = decltype(u);
-    return launch<strided_move_kernel<U>>(independent(numel, stream), static_cast<U*>(dst),
+    return launch<strided_move_kernel<U>>(grid_stride(numel, stream), static_cast<U*>(dst),
                                           static_cast<const U*>(src), layout, numel);
   });
 }
@@ -221,7 +215,7 @@ cudaError_t launch_indexed_copy(void* out, const void* src, const int64_t* index
   if (numel == 0) return cudaSuccess;
   return visit_element_size(element_size, [&](auto u) {
     using U = decltype(u);
-    return launch<indexed_copy_kernel<U>>(independent(numel, stream), static_cast<U*>(out),
+    return launch<indexed_copy_kernel<U>>(grid_stride(numel, stream), static_cast<U*>(out),
                                           static_cast<const U*>(src), index, l, step, numel);
   });
 }
@@ -233,7 +227,7 @@ cudaError_t launch_indexed_add(void* out, const void* src, const int64_t* index,
   const int64_t lines = numel / l.sizes[dim];
   return visit_code(dtype, [&](auto t) {
     using T = decltype(t);
-    return launch<indexed_add_kernel<T>>(independent(lines, stream), static_cast<T*>(out),
+    return launch<indexed_add_kernel<T>>(grid_stride(lines, stream), static_cast<T*>(out),
                                          static_cast<const T*>(src), index, l, dim, step, lines);
   });
 }
@@ -244,7 +238,7 @@ cudaError_t launch_triangle(void* out, const void* in, int element_size, const L
   if (numel == 0) return cudaSuccess;
   return visit_element_size(element_size, [&](auto u) {
     using U = decltype(u);
-    return launch<triangle_kernel<U>>(independent(numel, stream), static_cast<U*>(out),
+    return launch<triangle_kernel<U>>(grid_stride(numel, stream), static_cast<U*>(out),
                                       static_cast<const U*>(in), l, lower, diagonal, numel);
   });
 }
@@ -269,7 +263,7 @@ cudaError_t launch_pad(void* out, const void* in, int dtype, const Layout3& l, c
     } else {
       fill = convert<T>(value_float);
     }
-    return launch<pad_kernel<T>>(independent(numel, stream), static_cast<T*>(out), static_cast<const T*>(in),
+    return launch<pad_kernel<T>>(grid_stride(numel, stream), static_cast<T*>(out), static_cast<const T*>(in),
                                  l, g, reflect, fill, numel);
   });
 }
@@ -280,7 +274,7 @@ cudaError_t launch_reflect_backward_dim(void* dst, const void* src, int dtype, c
   if (numel == 0) return cudaSuccess;
   return visit_code(dtype, [&](auto t) {
     using T = decltype(t);
-    return launch<reflect_backward_dim_kernel<T>>(independent(numel, stream), static_cast<T*>(dst),
+    return launch<reflect_backward_dim_kernel<T>>(grid_stride(numel, stream), static_cast<T*>(dst),
                                                   static_cast<const T*>(src), l, dim, left, right, padded,
                                                   numel);
   });
