@@ -3,7 +3,7 @@
  * it was copied from. The index ops are each other's adjoints (index_select <-> index_add,
  * gather <-> scatter_add), so their gradients are written with one another and can be
  * differentiated again; index tensors get no gradient. Reflect padding is the one gradient
- * that needs a backward kernel (pad_backward, which cannot be differentiated again).
+ * that needs a backward kernel (pad_backward), whose own gradient is pad again.
  */
 #include "autograd/formulas/formulas.h"
 
@@ -89,6 +89,11 @@ void register_shape_formulas() {
     DimVector negated(a.pads);
     for (int64_t& p : negated) p = -p;
     return Grads{pad(g[0], negated)};
+  });
+  // pad_backward is the adjoint of pad with the same pads and mode (zeros in the border).
+  define_formula<Op::pad_backward>(Save{}, [](const GradContext<PadAttrs>& c, const Grads& g) {
+    const PadAttrs& a = c.attrs();
+    return Grads{pad(g[0], a.pads, a.mode == PadMode::Reflect ? "reflect" : "constant", 0.0)};
   });
 }
 

@@ -1,7 +1,7 @@
 /*
  * Gradients of conv2d and the pools beyond gradcheck: float32 (oneDNN) against the float64
- * reference path, ties in max pooling, values by hand, and the clear error of a second
- * derivative through their backward kernels.
+ * reference path, ties in max pooling, values by hand, and second derivatives through their
+ * backward functions against composites of matmul and reductions.
  */
 #include "tests/autograd/autograd_test_util.h"
 
@@ -58,35 +58,63 @@ TEST_CASE("float32 conv2d gradients match the float64 reference") {
   }
 }
 
-TEST_CASE("a second derivative through conv2d is a clear error, not a silent zero") {
-  Tensor x = leaf({1, 2, 4, 4}, 51), w = leaf({3, 2, 3, 3}, 52), b = leaf({3}, 53);
-  Tensor loss = conv2d(x, w, b).sum();
-  auto g = autograd::grad({loss}, {x, w}, {}, /*retain_graph=*/true, /*create_graph=*/true);
-  REQUIRE(g[0].requires_grad());
-  REQUIRE(g[1].requires_grad());
-  CHECK_THROWS_WITH_AS(autograd::grad({g[0].sum()}, {w}),
-                       doctest::Contains("the derivative of conv2d_backward_input is not implemented"),
-                       Error);
-  CHECK_THROWS_WITH_AS(autograd::grad({g[1].sum()}, {x}),
-                       doctest::Contains("the derivative of conv2d_backward_weight is not implemented"),
-                       Error);
+namespace {
+
+// d/dinputs of <d/dinputs sum(f(inputs)^2), u> for a fixed random u.
+std::vector<Tensor> second_derivative(const std::vector<Tensor>& inputs,
+                                      const std::function<Tensor(const std::vector<Tensor>&)>& f) {
+  Tensor y = f(inputs);
+  auto first = autograd::grad({(y * y).sum()}, inputs, {}, {}, /*create_graph=*/true);
+  Tensor dot = zeros({}, TensorOptions(kFloat64));
+  for (size_t i = 0; i < first.size(); ++i)
+    dot = dot + (first[i] * make(random_values(first[i].numel(), 57 + i), first[i].sizes())).sum();
+  return autograd::grad({dot}, inputs);
 }
 
-TEST_CASE("a second derivative through the pools is a clear error") {
-  Tensor x = leaf({1, 1, 4, 4}, 54);
-  // y * y makes the incoming gradient (2 y) depend on x, so the backward kernels are recorded.
-  auto second = [&](const Tensor& y) {
-    Tensor g = autograd::grad({(y * y).sum()}, {x}, {}, {}, /*create_graph=*/true)[0];
-    REQUIRE(g.requires_grad());
-    return g.sum();
-  };
-  CHECK_THROWS_WITH_AS(second(max_pool2d(x, {2, 2})).backward(),
-                       doctest::Contains("the derivative of max_pool2d_backward is not implemented"), Error);
-  CHECK_THROWS_WITH_AS(second(avg_pool2d(x, {2, 2})).backward(),
-                       doctest::Contains("the derivative of avg_pool2d_backward is not implemented"), Error);
-  CHECK_THROWS_WITH_AS(second(adaptive_avg_pool2d(x, {2, 2})).backward(),
-                       doctest::Contains("the derivative of adaptive_avg_pool2d_backward is not implemented"),
-                       Error);
+void check_same_second_derivative(const std::vector<Tensor>& inputs,
+                                  const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                                  const std::function<Tensor(const std::vector<Tensor>&)>& reference) {
+  auto got = second_derivative(inputs, f), expected = second_derivative(inputs, reference);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    CAPTURE(i);
+    check_close(got[i], values(expected[i]), {1e-10, 1e-12});
+  }
+}
+
+// [N, C, 4, 4] -> [N, C, 2, 2, 4]: each 2x2 window of stride 2 in the last dim.
+Tensor windows_2x2(const Tensor& x) {
+  return x.reshape({x.size(0), x.size(1), 2, 2, 2, 2}).permute({0, 1, 2, 4, 3, 5}).reshape(
+      {x.size(0), x.size(1), 2, 2, 4});
+}
+
+}  // namespace
+
+TEST_CASE("second derivatives through conv2d and the pools match composites of matmul and reductions") {
+  SUBCASE("conv2d with a 1x1 kernel is a matmul over channels") {
+    check_same_second_derivative(
+        {leaf({2, 3, 2, 2}, 51), leaf({4, 3, 1, 1}, 52), leaf({4}, 53)},
+        [](const auto& x) { return conv2d(x[0], x[1], x[2]); },
+        [](const auto& x) {
+          Tensor rows = x[0].permute({0, 2, 3, 1}).matmul(x[1].view({4, 3}).t()) + x[2];
+          return rows.permute({0, 3, 1, 2});
+        });
+  }
+  Tensor x = leaf({1, 2, 4, 4}, 54);
+  SUBCASE("max_pool2d 2x2 is amax over each window") {
+    check_same_second_derivative(
+        {x}, [](const auto& t) { return max_pool2d(t[0], {2, 2}); },
+        [](const auto& t) { return windows_2x2(t[0]).amax({4}); });
+  }
+  SUBCASE("avg_pool2d 2x2 is the mean of each window") {
+    check_same_second_derivative(
+        {x}, [](const auto& t) { return avg_pool2d(t[0], {2, 2}); },
+        [](const auto& t) { return windows_2x2(t[0]).mean({4}); });
+  }
+  SUBCASE("adaptive_avg_pool2d to 2x2 of a 4x4 is the mean of each window") {
+    check_same_second_derivative(
+        {x}, [](const auto& t) { return adaptive_avg_pool2d(t[0], {2, 2}); },
+        [](const auto& t) { return windows_2x2(t[0]).mean({4}); });
+  }
 }
 
 TEST_CASE("max_pool2d gives a tied window's gradient to the element whose index it returned") {

@@ -1,9 +1,9 @@
 /*
  * Gradients of the nn and normalisation ops beyond gradcheck: cross_entropy against
  * softmax(x) - target worked out by hand (label smoothing, ignore_index), dropout's mask,
- * eval-mode batch_norm against its affine formula, the statistics outputs, the clear error of
- * a second derivative through the fused backward kernels, and float32 gradients of the fused
- * kernels against the float64 composite written with elementwise ops and reductions.
+ * eval-mode batch_norm against its affine formula, the statistics outputs, second derivatives
+ * through the fused backward kernels against the composite written with elementwise ops and
+ * reductions, and float32 gradients of the fused kernels against the float64 composite.
  */
 #include <cmath>
 
@@ -32,15 +32,6 @@ std::vector<double> softmax_rows(const std::vector<double>& x, int64_t n, int64_
 
 Tensor to32(const Tensor& t) {
   return t.detach().to(kFloat32).requires_grad_();
-}
-
-// The second derivative of sum(f(x) * f(x)) with respect to x: the incoming gradient 2 f(x)
-// depends on x, so the first backward records the fused backward kernel.
-void second_derivative(const Tensor& x, const std::function<Tensor(const Tensor&)>& f) {
-  Tensor y = f(x);
-  Tensor g = autograd::grad({(y * y).sum()}, {x}, {}, {}, /*create_graph=*/true)[0];
-  REQUIRE(g.requires_grad());
-  g.sum().backward();
 }
 
 }  // namespace
@@ -221,30 +212,81 @@ TEST_CASE("batch_norm and layer_norm with only a bias give the bias sum(g)") {
 
 // ---- second derivatives through the fused kernels -------------------------------------------------
 
-TEST_CASE("a second derivative through softmax is a clear error, not a silent zero") {
-  Tensor x = leaf({2, 3}, 41);
-  CHECK_THROWS_WITH_AS(second_derivative(x, [](const Tensor& t) { return t.softmax(1); }),
-                       doctest::Contains("the derivative of softmax_backward is not implemented"), Error);
-  CHECK_THROWS_WITH_AS(second_derivative(x, [](const Tensor& t) { return t.log_softmax(0); }),
-                       doctest::Contains("the derivative of log_softmax_backward is not implemented"), Error);
+namespace {
+
+// The second derivative through `fused` against the one through `reference` (a composite of
+// elementwise ops and reductions), in float64: d/dinputs of <d/dinputs sum(f * r), u>.
+void check_second_derivative_against_composite(const std::vector<Tensor>& inputs,
+                                               const std::function<Tensor(const std::vector<Tensor>&)>& fused,
+                                               const std::function<Tensor(const std::vector<Tensor>&)>& reference) {
+  auto second_derivative = [&](const std::function<Tensor(const std::vector<Tensor>&)>& f) {
+    Tensor y = f(inputs);
+    Tensor r = make(random_values(y.numel(), 91), y.sizes());
+    auto first = autograd::grad({(y * r).sum()}, inputs, {}, {}, /*create_graph=*/true);
+    Tensor dot = zeros({}, TensorOptions(kFloat64));
+    for (size_t i = 0; i < first.size(); ++i)
+      dot = dot + (first[i] * make(random_values(first[i].numel(), 92 + i), first[i].sizes())).sum();
+    // A parameter that enters linearly (a bias) has no second derivative: zeros.
+    auto second = autograd::grad({dot}, inputs, {}, {}, false, /*allow_unused=*/true);
+    for (size_t i = 0; i < second.size(); ++i)
+      if (!second[i].defined()) second[i] = zeros(inputs[i].sizes(), inputs[i].options());
+    return second;
+  };
+  auto got = second_derivative(fused), expected = second_derivative(reference);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    CAPTURE(i);
+    check_close(got[i], values(expected[i]), {1e-9, 1e-10});
+  }
 }
 
-TEST_CASE("a second derivative through nll_loss, batch_norm and layer_norm is a clear error") {
-  Tensor x = leaf({4, 3}, 42);
-  Tensor t = targets({0, 2, 1, 1}, {4});
-  // nll_loss's gradient depends on the incoming one only: differentiate it against that.
-  Tensor logp = x * 1.0;
-  Tensor loss = nll_loss(logp, t, {}, -100, Reduction::None);
-  Tensor v = leaf({4}, 43);
-  Tensor g = autograd::grad({loss}, {x}, {v * 1.0}, {}, /*create_graph=*/true)[0];
-  REQUIRE(g.requires_grad());
-  CHECK_THROWS_WITH_AS(autograd::grad({g.sum()}, {v}),
-                       doctest::Contains("the derivative of nll_loss_backward is not implemented"), Error);
-  CHECK_THROWS_WITH_AS(
-      second_derivative(x, [](const Tensor& a) { return batch_norm(a, {}, {}, {}, {}, true); }),
-      doctest::Contains("the derivative of batch_norm_backward is not implemented"), Error);
-  CHECK_THROWS_WITH_AS(second_derivative(x, [](const Tensor& a) { return layer_norm(a, {3}); }),
-                       doctest::Contains("the derivative of layer_norm_backward is not implemented"), Error);
+}  // namespace
+
+TEST_CASE("second derivatives through softmax and log_softmax match the composite") {
+  check_second_derivative_against_composite(
+      {leaf({3, 5}, 41)}, [](const auto& x) { return x[0].softmax(1); },
+      [](const auto& x) {
+        Tensor e = x[0].exp();
+        return e / e.sum({1}, true);
+      });
+  check_second_derivative_against_composite(
+      {leaf({4, 3}, 42)}, [](const auto& x) { return x[0].log_softmax(0); },
+      [](const auto& x) { return x[0] - x[0].exp().sum({0}, true).log(); });
+}
+
+TEST_CASE("second derivatives through cross_entropy with learned class weights match the composite") {
+  Tensor t = targets({0, 2, -100, 1}, {4});
+  check_second_derivative_against_composite(
+      {leaf({4, 3}, 43), make({0.5, 2.0, 1.25}, {3}).requires_grad_()},
+      [&](const auto& x) { return cross_entropy(x[0], t, x[1]); },
+      [&](const auto& x) {
+        Tensor logp = x[0] - x[0].exp().sum({1}, true).log();
+        Tensor hit = t.unsqueeze(1).eq(arange(0, 3, 1, t.options())).to(kFloat64);
+        Tensor w = (hit * x[1]).sum({1});  // w[t_i], 0 for the ignored row
+        return ((logp * hit).sum({1}) * w).sum().neg() / w.sum();
+      });
+}
+
+TEST_CASE("second derivatives through training batch_norm and layer_norm match the composite") {
+  SUBCASE("batch_norm") {
+    check_second_derivative_against_composite(
+        {leaf({4, 2, 3}, 44, 2.0, -0.5), leaf({2}, 45, 0.5, 1.0), leaf({2}, 46)},
+        [](const auto& x) { return batch_norm(x[0], x[1], x[2], {}, {}, true); },
+        [](const auto& x) {
+          Tensor mean = x[0].mean({0, 2}, true);
+          Tensor var = x[0].var({0, 2}, /*correction=*/0, true);
+          return (x[0] - mean) * (var + 1e-5).rsqrt() * x[1].view({1, 2, 1}) + x[2].view({1, 2, 1});
+        });
+  }
+  SUBCASE("layer_norm") {
+    check_second_derivative_against_composite(
+        {leaf({3, 2, 4}, 47, 2.0, 0.5), leaf({2, 4}, 48, 0.5, 1.0), leaf({2, 4}, 49)},
+        [](const auto& x) { return layer_norm(x[0], {2, 4}, x[1], x[2]); },
+        [](const auto& x) {
+          Tensor mean = x[0].mean({1, 2}, true);
+          Tensor var = x[0].var({1, 2}, /*correction=*/0, true);
+          return (x[0] - mean) * (var + 1e-5).rsqrt() * x[1] + x[2];
+        });
+  }
 }
 
 TEST_CASE("eval batch_norm has second derivatives (written with forward ops)") {

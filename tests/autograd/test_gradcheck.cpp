@@ -38,17 +38,6 @@ const std::map<Op, const char*> kNonDifferentiable = {
     {Op::ge, "bool output"},
     {Op::logical_and, "bool output"},
     {Op::logical_or, "bool output"},
-    {Op::conv2d_backward_input, "a backward kernel: double backward through conv2d is not supported (clear error)"},
-    {Op::conv2d_backward_weight, "a backward kernel: double backward through conv2d is not supported (clear error)"},
-    {Op::max_pool2d_backward, "a backward kernel: double backward through max_pool2d is not supported"},
-    {Op::avg_pool2d_backward, "a backward kernel: double backward through avg_pool2d is not supported"},
-    {Op::adaptive_avg_pool2d_backward, "a backward kernel: double backward through adaptive_avg_pool2d is not supported"},
-    {Op::batch_norm_backward, "a backward kernel: double backward through batch_norm is not supported"},
-    {Op::layer_norm_backward, "a backward kernel: double backward through layer_norm is not supported"},
-    {Op::softmax_backward, "a backward kernel: double backward through softmax is not supported"},
-    {Op::log_softmax_backward, "a backward kernel: double backward through log_softmax is not supported"},
-    {Op::nll_loss_backward, "a backward kernel: double backward through nll_loss is not supported"},
-    {Op::pad_backward, "a backward kernel: double backward through pad is not supported"},
 };
 
 }  // namespace

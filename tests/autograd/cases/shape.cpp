@@ -85,12 +85,18 @@ Tensor index(std::initializer_list<int64_t> values, IntArrayRef shape) { return 
      [](const Inputs& x) { return outputs(square(pad(x[0], {1, -1, -1, 2}, "constant", 0.5))); }, kSecondOrder},
     {Op::pad, "constant pad of a transposed leaf over one dim", [] { return inputs(transposed_leaf(2, 3, 51)); },
      [](const Inputs& x) { return outputs(square(pad(x[0], {2, 1}))); }, kSecondOrder},
-    {Op::pad, "reflect pad over two dims (first order: pad_backward is not differentiable)",
+    {Op::pad, "reflect pad over two dims, second order through pad_backward",
      [] { return inputs(leaf({1, 3, 4}, 52)); },
-     [](const Inputs& x) { return outputs(square(pad(x[0], {3, 2, 2, 1}, "reflect"))); }},
+     [](const Inputs& x) { return outputs(square(pad(x[0], {3, 2, 2, 1}, "reflect"))); }, kSecondOrder},
     {Op::pad, "reflect pad with a negative (cropping) side, transposed leaf",
      [] { return inputs(transposed_leaf(3, 5, 53)); },
      [](const Inputs& x) { return outputs(pad(x[0], {-1, 3}, "reflect") * 2.0); }},
+    {Op::pad_backward, "pad_backward, reflect over two dims and constant with a crop",
+     [] { return inputs(leaf({1, 6, 9}, 54), leaf({3, 5}, 55)); },
+     [](const Inputs& x) {
+       return outputs(square(pad_backward(x[0], {1, 3, 4}, {3, 2, 2, 1}, "reflect")),
+                      square(pad_backward(x[1], {3, 4}, {2, -1}, "constant")));
+     }, kSecondOrder},
 
     // ---- repeat (composite: reshape, expand, clone, view) -------------------------------------------
     {Op::expand, "repeat [2, 3] by (2, 1, 2)", [] { return inputs(leaf({2, 3}, 60)); },
