@@ -29,6 +29,7 @@
 #include "autograd/saved_tensor.h"
 #include "core/grad_mode.h"
 #include "core/parallel.h"
+#include "ops/dim_geometry.h"
 #include "ops/ops.h"
 
 namespace loom::quant {
@@ -387,10 +388,8 @@ Layout channel_layout(const Tensor& x, int64_t& axis, const char* fn) {
   LOOM_CHECK(axis >= -x.dim() && axis < x.dim(), fn, ": axis ", axis, " is out of range for x of shape ",
              x.sizes(), " (expected [", -x.dim(), ", ", x.dim() - 1, "])");
   if (axis < 0) axis += x.dim();
-  Layout layout;
-  layout.channels = x.size(axis);
-  for (int64_t d = axis + 1; d < x.dim(); ++d) layout.inner *= x.size(d);
-  return layout;
+  const DimGeometry g = geometry_around(x, axis);
+  return Layout{g.size, g.inner};
 }
 
 Layout tensor_layout(const Tensor& x) {

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "ops/dim_geometry.h"
 #include "ops/ops.h"
 
 namespace loom::quant {
@@ -68,9 +69,9 @@ void MinMaxObserver::observe(const Tensor& x) {
     LOOM_CHECK(min_.empty() || static_cast<int64_t>(min_.size()) == channels, who, "::observe: expected ",
                min_.size(), " channels along axis ", axis, " (as in earlier batches), got shape ",
                input.sizes());
-    outer = 1;
-    for (int64_t d = 0; d < axis; ++d) outer *= input.size(d);
-    inner = input.numel() / (outer * channels);
+    const DimGeometry g = geometry_around(input, axis);
+    outer = g.outer;
+    inner = g.inner;
   }
   std::vector<float> lo(channels, std::numeric_limits<float>::infinity());
   std::vector<float> hi(channels, -std::numeric_limits<float>::infinity());

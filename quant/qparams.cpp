@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "core/parallel.h"
+#include "ops/dim_geometry.h"
 #include "ops/ops.h"
 
 namespace loom::quant {
@@ -34,10 +35,8 @@ ChannelLayout channel_layout(const Tensor& x, const QParams& qp, const char* op)
   LOOM_CHECK(x.size(qp.axis) == qp.num_channels(), op, ": the qparams have ", qp.num_channels(),
              " channels but the tensor has ", x.size(qp.axis), " along axis ", qp.axis, " (shape ", x.sizes(),
              ")");
-  for (int64_t d = 0; d < qp.axis; ++d) layout.outer *= x.size(d);
-  layout.channels = x.size(qp.axis);
-  for (int64_t d = qp.axis + 1; d < x.dim(); ++d) layout.inner *= x.size(d);
-  return layout;
+  const DimGeometry g = geometry_around(x, qp.axis);
+  return {g.outer, g.size, g.inner};
 }
 
 // Host copies of the per-channel scales and zero points (one entry per tensor).

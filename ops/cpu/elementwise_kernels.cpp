@@ -35,6 +35,7 @@
 
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/elementwise_functors.h"
+#include "ops/cpu/block_conversion.h"
 #include "ops/cpu/loops.h"
 #include "ops/dispatch.h"
 
@@ -150,69 +151,9 @@ void apply(const std::array<const Tensor*, N>& operands, int64_t grain, const Lo
   });
 }
 
-// ---- 16-bit floats: block conversions --------------------------------------------------------
-// Half and BFloat16 compute in float. Converting element by element inside the op's loop does
-// not vectorise for Half (its scalar conversion branches), so 16-bit operands go through float
-// blocks converted with the hardware instructions (vcvtph2ps / vcvtps2ph round to nearest even,
-// like loom::Half) or loops the compiler vectorises (BFloat16's bit arithmetic).
-template <class T>
-inline constexpr bool kIsReducedFloat = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+// ---- 16-bit floats: through float blocks (block_conversion.h) --------------------------------
 
 constexpr int64_t kConvertBlock = 256;
-
-// dst[j] = float(src[j * stride]) for j < n (stride in elements; 0 broadcasts src[0]).
-template <class T>
-inline void load_block(const T* src, int64_t stride, float* __restrict dst, int64_t n) {
-  if (stride == 0) {
-    std::fill(dst, dst + n, static_cast<float>(src[0]));
-    return;
-  }
-  int64_t j = 0;
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, Half>) {
-    if (stride == 1)
-      for (; j + 16 <= n; j += 16)
-        _mm512_storeu_ps(dst + j, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j))));
-  }
-#elif defined(__F16C__)
-  if constexpr (std::is_same_v<T, Half>) {
-    if (stride == 1)
-      for (; j + 8 <= n; j += 8)
-        _mm256_storeu_ps(dst + j, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + j))));
-  }
-#endif
-  if (stride == 1) {
-    for (; j < n; ++j) dst[j] = static_cast<float>(src[j]);
-  } else {
-    for (; j < n; ++j) dst[j] = static_cast<float>(src[j * stride]);
-  }
-}
-
-// dst[j * stride] = T(src[j]) for j < n.
-template <class T>
-inline void store_block(const float* __restrict src, T* dst, int64_t stride, int64_t n) {
-  int64_t j = 0;
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, Half>) {
-    if (stride == 1)
-      for (; j + 16 <= n; j += 16)
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j),
-                            _mm512_cvtps_ph(_mm512_loadu_ps(src + j), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
-#elif defined(__F16C__)
-  if constexpr (std::is_same_v<T, Half>) {
-    if (stride == 1)
-      for (; j + 8 <= n; j += 8)
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + j),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(src + j), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
-#endif
-  if (stride == 1) {
-    for (; j < n; ++j) dst[j] = static_cast<T>(src[j]);
-  } else {
-    for (; j < n; ++j) dst[j * stride] = static_cast<T>(src[j]);
-  }
-}
 
 // o[j] = f(x[j]) for a 16-bit In, through float blocks; Out is In or bool.
 template <class Out, class In, class F>
@@ -220,10 +161,10 @@ void unary_blocked(Out* o, int64_t so, const In* x, int64_t sx, int64_t n, const
   alignas(64) float xb[kConvertBlock];
   for (int64_t i = 0; i < n; i += kConvertBlock) {
     const int64_t len = std::min(kConvertBlock, n - i);
-    load_block(x + i * sx, sx, xb, len);
+    widen_block(x + i * sx, sx, xb, len);
     if constexpr (kIsReducedFloat<Out>) {
       for (int64_t j = 0; j < len; ++j) xb[j] = static_cast<float>(f(xb[j]));
-      store_block(xb, o + i * so, so, len);
+      narrow_block(xb, o + i * so, so, len);
     } else {
       Out* oi = o + i * so;
       for (int64_t j = 0; j < len; ++j) oi[j * so] = static_cast<Out>(f(xb[j]));
@@ -238,11 +179,11 @@ void binary_blocked(Out* o, int64_t so, const In* x, int64_t sx, const In* y, in
   alignas(64) float yb[kConvertBlock];
   for (int64_t i = 0; i < n; i += kConvertBlock) {
     const int64_t len = std::min(kConvertBlock, n - i);
-    load_block(x + i * sx, sx, xb, len);
-    load_block(y + i * sy, sy, yb, len);
+    widen_block(x + i * sx, sx, xb, len);
+    widen_block(y + i * sy, sy, yb, len);
     if constexpr (kIsReducedFloat<Out>) {
       for (int64_t j = 0; j < len; ++j) xb[j] = static_cast<float>(f(xb[j], yb[j]));
-      store_block(xb, o + i * so, so, len);
+      narrow_block(xb, o + i * so, so, len);
     } else {
       Out* oi = o + i * so;
       for (int64_t j = 0; j < len; ++j) oi[j * so] = static_cast<Out>(f(xb[j], yb[j]));
@@ -377,9 +318,9 @@ void unary_block_typed(const Tensor& out, const Tensor& in) {
       const T* xi = x + i * sx;
       T* oi = o + i * so;
       if constexpr (kIsReducedFloat<T>) {
-        load_block(xi, sx, buf, len);
+        widen_block(xi, sx, buf, len);
         V::run(buf, buf, len);
-        store_block(buf, oi, so, len);
+        narrow_block(buf, oi, so, len);
       } else {
         for (int64_t j = 0; j < len; ++j) buf[j] = xi[j * sx];
         V::run(buf, buf, len);

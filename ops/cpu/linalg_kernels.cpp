@@ -16,6 +16,7 @@
 #include "ops/copy_ops.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/onednn_utils.h"
+#include "ops/cpu/parallel_grain.h"
 #include "ops/dispatch.h"
 #include "ops/view_ops.h"
 
@@ -133,9 +134,9 @@ void eigen_matmul(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
   // Small matrices: one per thread (Eigen then runs serially inside the parallel region).
   // Large ones: one after the other, each with Eigen's own OpenMP-parallel GEMM.
   const int64_t flops_per_matrix = std::max<int64_t>(m * n * std::max<int64_t>(k, 1), 1);
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 18) / flops_per_matrix);
   if (batch > 1 && flops_per_matrix < (int64_t{1} << 20)) {
-    parallel_for(0, batch, grain, [&](int64_t begin, int64_t end) {
+    // Chunks of about 2^18 multiply-adds.
+    parallel_for(0, batch, grain_for(flops_per_matrix, int64_t{1} << 18), [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) one(i);
     });
   } else {

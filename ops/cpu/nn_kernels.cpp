@@ -12,12 +12,7 @@
  * Numerically stable: softmax(x) = exp(x - max) / sum(exp(x - max)). 16-bit floats are
  * converted to float row by row and accumulate in float; float64 stays in double.
  */
-// GCC 12 reports its own _mm512_undefined_* intrinsics (inlined from Eigen's AVX-512 packet
-// math) as -Wuninitialized; the pragma covers the intrinsic headers, first included here.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <Eigen/Core>
-#pragma GCC diagnostic pop
+#include "ops/cpu/eigen_arrays.h"
 
 #include <algorithm>
 #include <bit>
@@ -28,30 +23,20 @@
 #include <vector>
 
 #include "core/parallel.h"
-#include "ops/dim_geometry.h"
 #include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/parallel_grain.h"
 #include "ops/cpu/row_buffers.h"
+#include "ops/dim_geometry.h"
 #include "ops/dispatch.h"
 
 namespace loom::cpu {
 
 namespace {
 
-template <class A>
-using ArrayMap = Eigen::Map<Eigen::Array<A, Eigen::Dynamic, 1>>;
-template <class A>
-using ConstArrayMap = Eigen::Map<const Eigen::Array<A, Eigen::Dynamic, 1>>;
-
 // Inner columns handled together when softmax runs along a non-last dim: 1 KiB of floats per
 // row keeps the hardware prefetchers and the TLB effective (narrower blocks that would fit
 // in L2 measured several times slower: every row of a block lies on another page).
 constexpr int64_t kBlock = 256;
-
-
-// Rows of `row_len` elements per parallel chunk so that a chunk holds enough work.
-int64_t rows_grain(int64_t row_len) {
-  return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(row_len, 1));
-}
 
 // ---- exp(x - m) and its sum over a row ----------------------------------------------------------
 // The last-dim softmax spends its time here. For float, one fused loop computes, stores and
@@ -121,12 +106,34 @@ double exp_sum(const double* x, double m, int64_t n) {
   return exact_exp(ConstArrayMap<double>(x, n) - m).sum();
 }
 
+// Per-thread row buffers of the blocked (non-last dim) loops.
+template <class A>
+struct BlockBuffers {
+  std::vector<A> in, in2, out, max, sum;
+};
+
+// The [outer, size, inner] tensor cut into tasks of one outer index and up to kBlock inner
+// columns, in parallel: body(buffers, base, w) for each, base the element offset of the task's
+// first column in row d = 0 (row d starts at base + d * g.inner) and w its width.
+template <class A, class Body>
+void for_each_column_block(const DimGeometry& g, const Body& body) {
+  const int64_t bw = std::min(kBlock, g.inner);
+  const int64_t blocks = (g.inner + bw - 1) / bw, tasks = g.outer * blocks;
+  parallel_for(0, tasks, grain_for(g.size * bw), [&](int64_t begin, int64_t end) {
+    BlockBuffers<A> buffers;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t o = task / blocks, j0 = (task % blocks) * bw;
+      body(buffers, o * g.size * g.inner + j0, std::min(bw, g.inner - j0));
+    }
+  });
+}
+
 // ---- softmax / log_softmax forward ----------------------------------------------------------
 
 template <class T, bool kLog>
 void softmax_last_dim(T* out, const T* x, int64_t rows, int64_t n) {
   using A = opmath_t<T>;
-  parallel_for(0, rows, rows_grain(n), [&](int64_t begin, int64_t end) {
+  parallel_for(0, rows, grain_for(n), [&](int64_t begin, int64_t end) {
     std::vector<A> in_buf, out_buf;
     for (int64_t r = begin; r < end; ++r) {
       const A* xp = load<A>(x + r * n, n, in_buf);
@@ -148,38 +155,31 @@ void softmax_last_dim(T* out, const T* x, int64_t rows, int64_t n) {
 template <class T, bool kLog>
 void softmax_inner_dim(T* out, const T* x, const DimGeometry& g) {
   using A = opmath_t<T>;
-  const int64_t bw = std::min(kBlock, g.inner);
-  const int64_t blocks = (g.inner + bw - 1) / bw, tasks = g.outer * blocks;
-  const int64_t task_work = g.size * bw;
-  parallel_for(0, tasks, rows_grain(task_work), [&](int64_t begin, int64_t end) {
-    std::vector<A> row_buf, out_buf, max_buf, sum_buf;
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t o = task / blocks, j0 = (task % blocks) * bw, w = std::min(bw, g.inner - j0);
-      const T* xb = x + o * g.size * g.inner + j0;
-      T* ob = out + o * g.size * g.inner + j0;
-      max_buf.assign(static_cast<size_t>(w), -std::numeric_limits<A>::infinity());
-      sum_buf.assign(static_cast<size_t>(w), A(0));
-      ArrayMap<A> mx(max_buf.data(), w), sum(sum_buf.data(), w);
-      for (int64_t d = 0; d < g.size; ++d)
-        mx = mx.max(ConstArrayMap<A>(load<A>(xb + d * g.inner, w, row_buf), w));
-      for (int64_t d = 0; d < g.size; ++d)
-        sum += exact_exp(ConstArrayMap<A>(load<A>(xb + d * g.inner, w, row_buf), w) - mx);
+  for_each_column_block<A>(g, [&](BlockBuffers<A>& buf, int64_t base, int64_t w) {
+    const T* xb = x + base;
+    T* ob = out + base;
+    buf.max.assign(static_cast<size_t>(w), -std::numeric_limits<A>::infinity());
+    buf.sum.assign(static_cast<size_t>(w), A(0));
+    ArrayMap<A> mx(buf.max.data(), w), sum(buf.sum.data(), w);
+    for (int64_t d = 0; d < g.size; ++d)
+      mx = mx.max(ConstArrayMap<A>(load<A>(xb + d * g.inner, w, buf.in), w));
+    for (int64_t d = 0; d < g.size; ++d)
+      sum += exact_exp(ConstArrayMap<A>(load<A>(xb + d * g.inner, w, buf.in), w) - mx);
+    if constexpr (kLog) {
+      sum = mx + sum.log();  // log-sum-exp per column
+    } else {
+      sum = sum.inverse();
+    }
+    for (int64_t d = 0; d < g.size; ++d) {
+      ConstArrayMap<A> xr(load<A>(xb + d * g.inner, w, buf.in), w);
+      A* o_row = scratch<A>(ob + d * g.inner, w, buf.out);
+      ArrayMap<A> yr(o_row, w);
       if constexpr (kLog) {
-        sum = mx + sum.log();  // log-sum-exp per column
+        yr = xr - sum;
       } else {
-        sum = sum.inverse();
+        yr = exact_exp(xr - mx) * sum;
       }
-      for (int64_t d = 0; d < g.size; ++d) {
-        ConstArrayMap<A> xr(load<A>(xb + d * g.inner, w, row_buf), w);
-        A* o_row = scratch<A>(ob + d * g.inner, w, out_buf);
-        ArrayMap<A> yr(o_row, w);
-        if constexpr (kLog) {
-          yr = xr - sum;
-        } else {
-          yr = exact_exp(xr - mx) * sum;
-        }
-        store(ob + d * g.inner, o_row, w);
-      }
+      store(ob + d * g.inner, o_row, w);
     }
   });
 }
@@ -208,7 +208,7 @@ void softmax_kernel(const Tensor& out, const Tensor& x, int64_t dim) {
 template <class T, bool kLog>
 void softmax_backward_last_dim(T* gx, const T* gy, const T* y, int64_t rows, int64_t n) {
   using A = opmath_t<T>;
-  parallel_for(0, rows, rows_grain(n), [&](int64_t begin, int64_t end) {
+  parallel_for(0, rows, grain_for(n), [&](int64_t begin, int64_t end) {
     std::vector<A> gy_buf, y_buf, out_buf;
     for (int64_t r = begin; r < end; ++r) {
       ConstArrayMap<A> gyr(load<A>(gy + r * n, n, gy_buf), n), yr(load<A>(y + r * n, n, y_buf), n);
@@ -229,36 +229,28 @@ void softmax_backward_last_dim(T* gx, const T* gy, const T* y, int64_t rows, int
 template <class T, bool kLog>
 void softmax_backward_inner_dim(T* gx, const T* gy, const T* y, const DimGeometry& g) {
   using A = opmath_t<T>;
-  const int64_t bw = std::min(kBlock, g.inner);
-  const int64_t blocks = (g.inner + bw - 1) / bw, tasks = g.outer * blocks;
-  const int64_t task_work = g.size * bw;
-  parallel_for(0, tasks, rows_grain(task_work), [&](int64_t begin, int64_t end) {
-    std::vector<A> gy_buf, y_buf, out_buf, sum_buf;
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t o = task / blocks, j0 = (task % blocks) * bw, w = std::min(bw, g.inner - j0);
-      const int64_t base = o * g.size * g.inner + j0;
-      sum_buf.assign(static_cast<size_t>(w), A(0));
-      ArrayMap<A> sum(sum_buf.data(), w);
-      for (int64_t d = 0; d < g.size; ++d) {
-        ConstArrayMap<A> gyr(load<A>(gy + base + d * g.inner, w, gy_buf), w);
-        if constexpr (kLog) {
-          sum += gyr;
-        } else {
-          sum += gyr * ConstArrayMap<A>(load<A>(y + base + d * g.inner, w, y_buf), w);
-        }
+  for_each_column_block<A>(g, [&](BlockBuffers<A>& buf, int64_t base, int64_t w) {
+    buf.sum.assign(static_cast<size_t>(w), A(0));
+    ArrayMap<A> sum(buf.sum.data(), w);
+    for (int64_t d = 0; d < g.size; ++d) {
+      ConstArrayMap<A> gyr(load<A>(gy + base + d * g.inner, w, buf.in), w);
+      if constexpr (kLog) {
+        sum += gyr;
+      } else {
+        sum += gyr * ConstArrayMap<A>(load<A>(y + base + d * g.inner, w, buf.in2), w);
       }
-      for (int64_t d = 0; d < g.size; ++d) {
-        ConstArrayMap<A> gyr(load<A>(gy + base + d * g.inner, w, gy_buf), w);
-        ConstArrayMap<A> yr(load<A>(y + base + d * g.inner, w, y_buf), w);
-        A* o_row = scratch<A>(gx + base + d * g.inner, w, out_buf);
-        ArrayMap<A> gxr(o_row, w);
-        if constexpr (kLog) {
-          gxr = gyr - exact_exp(yr) * sum;
-        } else {
-          gxr = yr * (gyr - sum);
-        }
-        store(gx + base + d * g.inner, o_row, w);
+    }
+    for (int64_t d = 0; d < g.size; ++d) {
+      ConstArrayMap<A> gyr(load<A>(gy + base + d * g.inner, w, buf.in), w);
+      ConstArrayMap<A> yr(load<A>(y + base + d * g.inner, w, buf.in2), w);
+      A* o_row = scratch<A>(gx + base + d * g.inner, w, buf.out);
+      ArrayMap<A> gxr(o_row, w);
+      if constexpr (kLog) {
+        gxr = gyr - exact_exp(yr) * sum;
+      } else {
+        gxr = yr * (gyr - sum);
       }
+      store(gx + base + d * g.inner, o_row, w);
     }
   });
 }

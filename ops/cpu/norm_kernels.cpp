@@ -11,12 +11,7 @@
  * Stats, weight and bias are float32 (float64 when x is float64): the ops layer converts
  * weight and bias to that type, so 16-bit inputs can have float32 parameters.
  */
-// GCC 12 reports its own _mm512_undefined_* intrinsics (inlined from Eigen's AVX-512 packet
-// math) as -Wuninitialized; the pragma covers the intrinsic headers, first included here.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <Eigen/Core>
-#pragma GCC diagnostic pop
+#include "ops/cpu/eigen_arrays.h"
 
 #include <algorithm>
 #include <cmath>
@@ -25,7 +20,9 @@
 
 #include "core/parallel.h"
 #include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/parallel_grain.h"
 #include "ops/cpu/row_buffers.h"
+#include "ops/dim_geometry.h"
 #include "ops/dispatch.h"
 
 namespace loom::cpu {
@@ -33,18 +30,8 @@ namespace loom::cpu {
 namespace {
 
 template <class A>
-using ArrayMap = Eigen::Map<Eigen::Array<A, Eigen::Dynamic, 1>>;
-template <class A>
-using ConstArrayMap = Eigen::Map<const Eigen::Array<A, Eigen::Dynamic, 1>>;
-
-template <class A>
 const A* ptr_or_null(const Tensor& t) {
   return t.defined() ? static_cast<const A*>(t.data_ptr()) : nullptr;
-}
-
-// Items per parallel chunk so that a chunk holds about kParallelGrain elements of work.
-int64_t grain_for(int64_t work_per_item) {
-  return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(work_per_item, 1));
 }
 
 // Reads/writes element c of a 1-D floating tensor of any floating dtype and stride.
@@ -63,16 +50,6 @@ void write_stat(const Tensor& t, int64_t c, double v) {
 
 // ---- batch_norm ---------------------------------------------------------------------------
 
-struct ChannelGeometry {
-  int64_t n, c, s;  // x viewed as [N, C, S]
-};
-
-ChannelGeometry channel_geometry(const Tensor& x) {
-  int64_t s = 1;
-  for (int64_t d = 2; d < x.dim(); ++d) s *= x.sizes()[d];
-  return {x.sizes()[0], x.sizes()[1], s};
-}
-
 // out, x contiguous [N, C, *]; weight/bias/save_* contiguous [C] in the stats dtype A.
 void batch_norm_kernel(const Tensor& out, const Tensor& save_mean, const Tensor& save_invstd, const Tensor& x,
                        const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
@@ -80,11 +57,10 @@ void batch_norm_kernel(const Tensor& out, const Tensor& save_mean, const Tensor&
   visit_floating_dtype(x.dtype(), "batch_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
-    // Named variables, not a structured binding: lambdas below capture them, which clang
-    // accepts only from version 16 (the fuzz build uses clang 14).
-    const ChannelGeometry g = channel_geometry(x);
-    const int64_t n = g.n, channels = g.c, s = g.s;
-    const int64_t count = n * s;
+    // x as [N, C, S]: named variables, not a structured binding, because lambdas below capture
+    // them, which clang accepts only from version 16 (the fuzz build uses clang 14).
+    const DimGeometry g = geometry_around(x, 1);
+    const int64_t n = g.outer, channels = g.size, s = g.inner, count = n * s;
     const T* xp = static_cast<const T*>(x.data_ptr());
     T* op = static_cast<T*>(out.data_ptr());
     A* mean_out = static_cast<A*>(save_mean.data_ptr());
@@ -154,11 +130,10 @@ void batch_norm_backward_kernel(const Tensor& grad_input, const Tensor& grad_wei
   visit_floating_dtype(x.dtype(), "batch_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
-    // Named variables, not a structured binding: lambdas below capture them, which clang
-    // accepts only from version 16 (the fuzz build uses clang 14).
-    const ChannelGeometry g = channel_geometry(x);
-    const int64_t n = g.n, channels = g.c, s = g.s;
-    const int64_t count = n * s;
+    // x as [N, C, S]: named variables, not a structured binding, because lambdas below capture
+    // them, which clang accepts only from version 16 (the fuzz build uses clang 14).
+    const DimGeometry g = geometry_around(x, 1);
+    const int64_t n = g.outer, channels = g.size, s = g.inner, count = n * s;
     const T* xp = static_cast<const T*>(x.data_ptr());
     const T* gyp = static_cast<const T*>(grad_out.data_ptr());
     T* gxp = static_cast<T*>(grad_input.data_ptr());
@@ -283,7 +258,7 @@ void layer_norm_backward_kernel(const Tensor& grad_input, const Tensor& grad_wei
             if constexpr (std::is_same_v<T, A>) {
               gy_rows[k] = gyp + r * d;
             } else {
-              for (int64_t j = 0; j < d; ++j) gy_group[k * d + j] = static_cast<A>(gyp[r * d + j]);
+              widen_block(gyp + r * d, 1, gy_group.data() + k * d, d);
               gy_rows[k] = gy_group.data() + k * d;
             }
             ConstArrayMap<A> xr(load<A>(xp + r * d, d, x_buf), d), gyr(gy_rows[k], d);

@@ -39,7 +39,6 @@
  * of p[0] in the row-major order of the reduced dims (its position along dim for max/min).
  */
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -47,12 +46,10 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
-
 #include "core/parallel.h"
+#include "ops/cpu/block_conversion.h"
 #include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/parallel_grain.h"
 #include "ops/dispatch.h"
 #include "ops/reduction_plan.h"
 
@@ -69,8 +66,7 @@ constexpr int64_t kChunk = 32768;         // least elements per chunk when the r
 constexpr int64_t kFewOutputs = 64;       // below this many work units, split the reduced range
 
 template <class T>
-constexpr bool kIsFloat =
-    std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+constexpr bool kIsFloat = std::is_floating_point_v<T> || kIsReducedFloat<T>;
 
 // ---- geometry -------------------------------------------------------------------------------
 
@@ -149,28 +145,6 @@ bool columns_layout(const Plan& p) {
          (p.reduced.sizes.empty() || p.reduced.inner_stride() != 1);
 }
 
-// ---- conversion of runs to the compute type -----------------------------------------------
-
-// buf[k] = p[k * stride] as V, for k < n.
-template <class T, class V>
-void load_run(V* __restrict buf, const T* __restrict p, int64_t n, int64_t stride) {
-  if (stride == 1) {
-    int64_t k = 0;
-#if defined(__F16C__)
-    if constexpr (std::is_same_v<T, Half>) {
-      for (; k + 8 <= n; k += 8)
-        _mm256_storeu_ps(buf + k, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + k))));
-    }
-#endif
-    if constexpr (std::is_same_v<T, BFloat16>) {
-      for (; k < n; ++k) buf[k] = std::bit_cast<float>(static_cast<uint32_t>(p[k].bits) << 16);
-    }
-    for (; k < n; ++k) buf[k] = static_cast<V>(p[k]);
-  } else {
-    for (int64_t k = 0; k < n; ++k) buf[k] = static_cast<V>(p[k * stride]);
-  }
-}
-
 // Calls fn(v, m, pos) on pieces of the run p[k * stride], k < n, as unit-stride arrays of V;
 // a unit-stride run that needs no conversion is passed as it is.
 template <class T, class V, class F>
@@ -184,7 +158,7 @@ void for_each_piece(const T* p, int64_t n, int64_t stride, int64_t pos, const F&
   V buf[kBuffer];
   for (int64_t k = 0; k < n; k += kBuffer) {
     const int64_t m = std::min(kBuffer, n - k);
-    load_run<T, V>(buf, p + k * stride, m, stride);
+    widen_block(p + k * stride, stride, buf, m);
     fn(static_cast<const V*>(buf), m, pos + k);
   }
 }
@@ -377,7 +351,7 @@ void reduce(const Tensor& in, IntArrayRef dims, const R& r) {
         if constexpr (std::is_same_v<T, V>) {
           v = row;
         } else {
-          load_run<T, V>(buf, row, count, 1);
+          widen_block(row, 1, buf, count);
           v = buf;
         }
         r.columns(block, v, count, first, pos + k);
@@ -402,8 +376,7 @@ void reduce(const Tensor& in, IntArrayRef dims, const R& r) {
   const int64_t chunk_len = (n_red + chunks - 1) / chunks;
 
   if (chunks <= 1) {
-    const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, n_red * width));
-    parallel_for(0, units, grain, [&](int64_t ub, int64_t ue) {
+    parallel_for(0, units, grain_for(n_red * width), [&](int64_t ub, int64_t ue) {
       if (!columns) {  // outputs in order, their offsets stepped rather than recomputed
         const int64_t kept_stride = kept.inner_stride();
         kept.for_each_run(ub, ue, [&](int64_t off, int64_t n, int64_t pos) {

@@ -14,6 +14,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "ops/cpu/block_conversion.h"
+
 namespace loom::cpu {
 
 // p as compute-type (A) values: p itself when T is A, else converted into buf.
@@ -23,7 +25,7 @@ const A* load(const T* p, int64_t n, std::vector<A>& buf) {
     return p;
   } else {
     buf.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<A>(p[i]);
+    widen_block(p, 1, buf.data(), n);
     return buf.data();
   }
 }
@@ -43,7 +45,7 @@ A* scratch(T* dst, int64_t n, std::vector<A>& buf) {
 template <class A, class T>
 void store(T* dst, const A* src, int64_t n) {
   if constexpr (!std::is_same_v<T, A>) {
-    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i]);
+    narrow_block(src, dst, 1, n);
   }
 }
 

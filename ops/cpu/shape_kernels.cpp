@@ -19,6 +19,8 @@
 #include "core/parallel.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/loops.h"
+#include "ops/cpu/parallel_grain.h"
+#include "ops/dim_geometry.h"
 #include "ops/dispatch.h"
 
 namespace loom::cpu {
@@ -107,7 +109,7 @@ void for_each_run_serial_dim(const std::array<const Tensor*, N>& operands, int64
   const bool dim_inside =
       len > 1 && (inner == 1 || std::abs(dim_strides[order_by]) < std::abs(inner_strides[order_by]));
 
-  parallel_for(0, numel, std::max<int64_t>(1, kParallelGrain / len), [&](int64_t begin, int64_t end) {
+  parallel_for(0, numel, grain_for(len), [&](int64_t begin, int64_t end) {
     DimVector start;
     std::array<char*, N> start_ptrs;
     g.locate(begin, start, start_ptrs);
@@ -148,9 +150,8 @@ int64_t row_offset(const Tensor& t, int64_t r) {
 // strided copy into their slice of out.
 void cat_kernel(const Tensor& out, const std::vector<Tensor>& inputs, int64_t dim) {
   const int64_t es = static_cast<int64_t>(out.element_size());
-  int64_t rows = 1, inner = 1;
-  for (int64_t d = 0; d < dim; ++d) rows *= out.sizes()[d];
-  for (int64_t d = dim + 1; d < out.dim(); ++d) inner *= out.sizes()[d];
+  const DimGeometry g = geometry_around(out, dim);
+  const int64_t rows = g.outer, inner = g.inner;
   const size_t n = inputs.size();
   std::vector<int64_t> begins(n), ends(n);  // byte range of each input within a row of out
   std::vector<const char*> sources(n);
@@ -301,7 +302,7 @@ void triangle_kernel(const Tensor& out, const Tensor& in, int64_t diagonal) {
     using U = typename decltype(tag)::type;
     const U* src_base = static_cast<const U*>(in.data_ptr());
     U* dst_base = static_cast<U*>(out.data_ptr());
-    parallel_for(0, rows, std::max<int64_t>(1, kParallelGrain / cols), [&](int64_t b, int64_t e) {
+    parallel_for(0, rows, grain_for(cols), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         const U* __restrict src = src_base + row_offset(in, r);
         U* __restrict dst = dst_base + row_offset(out, r);
@@ -373,7 +374,7 @@ void pad_kernel(const Tensor& out, const Tensor& in, IntArrayRef pads, PadMode m
     const T fill = static_cast<T>(value);
     const T* src_base = static_cast<const T*>(in.data_ptr());
     T* dst_base = static_cast<T*>(out.data_ptr());
-    parallel_for(0, rows, std::max<int64_t>(1, kParallelGrain / out_cols), [&](int64_t b, int64_t e) {
+    parallel_for(0, rows, grain_for(out_cols), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         int64_t rest = r, src_offset = 0, dst_offset = 0;
         bool fill_row = false;
@@ -415,9 +416,8 @@ void pad_kernel(const Tensor& out, const Tensor& in, IntArrayRef pads, PadMode m
 // size - 1 - right <= i <= size - 2). Each block copies the first and adds the mirrors.
 void reflect_backward_dim(const Tensor& dst, const Tensor& src, int64_t dim, int64_t left, int64_t right) {
   const int64_t size = dst.sizes()[dim], padded = src.sizes()[dim];
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < dim; ++d) outer *= dst.sizes()[d];
-  for (int64_t d = dim + 1; d < dst.dim(); ++d) inner *= dst.sizes()[d];
+  const DimGeometry g = geometry_around(dst, dim);
+  const int64_t outer = g.outer, inner = g.inner;
   visit_dtype(dst.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
@@ -430,7 +430,7 @@ void reflect_backward_dim(const Tensor& dst, const Tensor& src, int64_t dim, int
     // Rows [first, last) of dst have an identity source; negative pads crop the others.
     const int64_t first = std::clamp<int64_t>(-left, 0, size),
                   last = std::clamp<int64_t>(padded - left, first, size);
-    parallel_for(0, outer, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(size * inner, 1)),
+    parallel_for(0, outer, grain_for(size * inner),
                  [&](int64_t b, int64_t e) {
                    for (int64_t o = b; o < e; ++o) {
                      const T* from = src_base + o * padded * inner;
