@@ -4,10 +4,11 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <utility>
 
 #include "autograd/autograd.h"
-#include "core/allocator.h"
 #include "core/error.h"
+#include "distributed/pipeline/step_recorder.h"
 #include "ops/ops.h"
 
 namespace loom::distributed::pipeline {
@@ -16,9 +17,10 @@ namespace {
 constexpr int64_t kMaxRank = 8;  // the shape header: [rank, d0, ..., d7]
 
 // A tensor whose shape the receiver does not know yet goes as two messages: its shape, then its
-// data. Both halves are blocking and in the same order on both sides (schedule.h's guarantee).
-// Posts the shape header and the payload of `t` to `peer` without waiting; the returned works
-// (and `t`, which the caller keeps) must live until they complete.
+// data. The sender posts both without waiting; the receiver waits for each in turn (messages of
+// one tag between two ranks arrive in the order they were sent).
+// Posts the shape header and the payload of `t` to `peer`; the returned works (and `t`, which
+// the caller keeps) must live until they complete.
 std::vector<WorkPtr> send_tensor(ProcessGroup& group, const Tensor& t, int peer, int tag) {
   LOOM_CHECK(t.dim() <= kMaxRank, "pipeline: cannot send a tensor of rank ", t.dim());
   // The receiver allocates float32 (the header carries the shape only).
@@ -32,15 +34,46 @@ std::vector<WorkPtr> send_tensor(ProcessGroup& group, const Tensor& t, int peer,
 
 Tensor recv_tensor(ProcessGroup& group, int peer, int tag) {
   Tensor header = zeros({kMaxRank + 1}, TensorOptions(kInt64));
-  group.recv(header, peer, tag);
+  group.recv(header, peer, tag);  // waits for the shape: the payload's buffer is allocated from it
   const auto* h = header.data_ptr<int64_t>();
   LOOM_CHECK(h[0] >= 0 && h[0] <= kMaxRank, "pipeline: received a bad shape header from rank ", peer);
   DimVector sizes;
   for (int64_t i = 0; i < h[0]; ++i) sizes.push_back(h[i + 1]);
   Tensor t = empty(sizes);
-  group.recv(t, peer, tag);
+  group.recv(t, peer, tag);  // waits for the payload, posted right after the header
   return t;
 }
+
+// Sends posted and not known to be complete yet, each with the tensor it reads from.
+class PostedSends {
+ public:
+  void post(ProcessGroup& group, const Tensor& t, int peer, int tag) {
+    for (WorkPtr& work : send_tensor(group, t, peer, tag)) sends_.emplace_back(std::move(work), t);
+  }
+  // Drops the sends that completed, and with them the last reference to a sent gradient, which
+  // would otherwise stay allocated until the step ends.
+  void release_completed() {
+    std::erase_if(sends_, [](const std::pair<WorkPtr, Tensor>& send) { return send.first->is_completed(); });
+  }
+  // Waits for the receivers of every send (each is in this step too, so it comes), so that the
+  // buffers the sends read stay alive until then.
+  void wait_all() {
+    for (auto& [work, buffer] : sends_) work->wait();
+  }
+
+ private:
+  std::vector<std::pair<WorkPtr, Tensor>> sends_;
+};
+
+// Micro-batch i of m of a batch [N, ...]: rows [i·N/m, (i+1)·N/m).
+Tensor microbatch(const Tensor& batch, int64_t i, int64_t m, const char* what) {
+  LOOM_CHECK(batch.defined() && batch.size(0) % m == 0, "pipeline: the ", what, " batch (", batch.size(0),
+             " examples) must split into ", m, " equal micro-batches");
+  const int64_t n = batch.size(0) / m;
+  return batch.slice(0, i * n, (i + 1) * n);
+}
+
+int64_t nbytes(const Tensor& t) { return static_cast<int64_t>(t.nbytes()); }
 
 // The tag of a message: the model-stage boundary it crosses (activations of stage g and the
 // gradients coming back to it cross boundary g).
@@ -143,79 +176,45 @@ std::vector<Tensor> PipelineStageRunner::parameters() const {
   return all;
 }
 
+// The loop of schedule.h: every action of this rank, in order. Receives wait (for the neighbour
+// stage's forward or backward of that micro-batch, which this action needs); sends are posted
+// and do not wait (see pipeline.h: interleaved chunks would deadlock on blocking sends).
 StepStats PipelineStageRunner::train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn) {
-  using Clock = std::chrono::steady_clock;
   const int p = group_->size();
   const int64_t m = microbatches_, v = static_cast<int64_t>(chunks_.size());
   const int64_t model_stages = p * v;
-  auto micro = [m](const Tensor& batch, int64_t i, const char* what) {
-    LOOM_CHECK(batch.defined() && batch.size(0) % m == 0, "pipeline: the ", what, " batch (", batch.size(0),
-               " examples) must split into ", m, " equal micro-batches");
-    const int64_t n = batch.size(0) / m;
-    return batch.slice(0, i * n, (i + 1) * n);
-  };
-  // Per (chunk, micro-batch): slot c·m + i.
+  // What a (chunk c, micro-batch i) holds between its actions, at slot c·m + i.
   std::vector<Tensor> inputs(v * m), outputs(v * m), grads(v * m), losses(v * m);
-  // Sends still in flight, with the tensors they read from (released when the step ends).
-  std::vector<std::pair<WorkPtr, Tensor>> in_flight;
-  StepStats stats;
-  events_.clear();
+  PostedSends sends;
+  double loss_sum = 0;
   // The step starts together on every rank, so that the trace's tracks share a time origin.
   if (tracing_) group_->barrier();
-  const auto step_start = Clock::now();
-  int64_t live = 0;
-  double loss_sum = 0;
-  // Activation memory: live bytes of the stage's allocator above the step's starting point.
-  const std::vector<Tensor> params = parameters();
-  Allocator* allocator = get_allocator(params.empty() ? DeviceType::CPU : params.front().device().type());
-  // Parameter gradients that the step's first backward allocates (after zero_grad set them to
-  // none) are not activations: their bytes are taken out again.
-  auto gradient_bytes = [&] {
-    int64_t total = 0;
-    for (const Tensor& p : params)
-      if (p.grad().defined()) total += static_cast<int64_t>(p.grad().nbytes());
-    return total;
-  };
-  const int64_t baseline = static_cast<int64_t>(allocator->stats().allocated_bytes) - gradient_bytes();
-  auto sample_memory = [&] {
-    const int64_t held = static_cast<int64_t>(allocator->stats().allocated_bytes) - gradient_bytes() - baseline;
-    stats.peak_activation_bytes = std::max(stats.peak_activation_bytes, held);
-  };
-  auto post = [&](const Tensor& t, const Action& a) {
-    for (WorkPtr& work : send_tensor(*group_, t, a.peer, tag_of(a))) in_flight.emplace_back(std::move(work), t);
-  };
-  // Drops the sends that completed, and with them the last reference to a sent gradient, which
-  // would otherwise stay allocated until the step ends.
-  auto release_completed = [&] {
-    std::erase_if(in_flight, [](const std::pair<WorkPtr, Tensor>& send) { return send.first->is_completed(); });
-  };
+  StepRecorder record(parameters(), p, v > 1, tracing_, events_);
   for (const Action& a : schedule_[group_->rank()]) {
-    const auto start = Clock::now();
-    const int64_t i = a.microbatch;
-    const int64_t slot = (a.stage / p) * m + i;
+    record.action_started();
+    const int64_t i = a.microbatch, slot = (a.stage / p) * m + i;
     const bool first = a.stage == 0, last = a.stage == model_stages - 1;
     int64_t bytes = 0;  // a message's payload, for the trace
     switch (a.type) {
-      case ActionType::RecvActivation:
+      case ActionType::RecvActivation:  // waits for stage g-1's forward of micro-batch i
         inputs[slot] = recv_tensor(*group_, a.peer, tag_of(a)).requires_grad_(true);
-        bytes = static_cast<int64_t>(inputs[slot].nbytes());
-        sample_memory();
+        bytes = nbytes(inputs[slot]);
+        record.activation_received();
         break;
-      case ActionType::Forward: {
-        if (first) inputs[slot] = micro(input, i, "input");
+      case ActionType::Forward:
+        if (first) inputs[slot] = microbatch(input, i, m, "input");
         outputs[slot] = (*chunks_[a.stage / p])(inputs[slot]);
-        if (last) losses[slot] = loss_fn(outputs[slot], micro(target, i, "target")) / static_cast<double>(m);
-        stats.peak_live_microbatches = std::max(stats.peak_live_microbatches, ++live);
-        sample_memory();
+        if (last)
+          losses[slot] = loss_fn(outputs[slot], microbatch(target, i, m, "target")) / static_cast<double>(m);
+        record.forward_done();
         break;
-      }
       case ActionType::SendActivation:
-        post(outputs[slot].detach().contiguous(), a);
-        bytes = static_cast<int64_t>(outputs[slot].nbytes());
+        sends.post(*group_, outputs[slot].detach().contiguous(), a.peer, tag_of(a));
+        bytes = nbytes(outputs[slot]);
         break;
-      case ActionType::RecvGrad:
+      case ActionType::RecvGrad:  // waits for stage g+1's backward of micro-batch i
         grads[slot] = recv_tensor(*group_, a.peer, tag_of(a));
-        bytes = static_cast<int64_t>(grads[slot].nbytes());
+        bytes = nbytes(grads[slot]);
         break;
       case ActionType::Backward:
         if (last) {
@@ -225,31 +224,23 @@ StepStats PipelineStageRunner::train_step(const Tensor& input, const Tensor& tar
           outputs[slot].backward(grads[slot]);
         }
         outputs[slot] = grads[slot] = losses[slot] = Tensor();  // this micro-batch's graph and activations go
-        --live;
+        record.backward_done();
         break;
       case ActionType::SendGrad:
-        post(inputs[slot].grad().contiguous(), a);
-        bytes = static_cast<int64_t>(inputs[slot].grad().nbytes());
+        sends.post(*group_, inputs[slot].grad().contiguous(), a.peer, tag_of(a));
+        bytes = nbytes(inputs[slot].grad());
         inputs[slot] = Tensor();
         break;
     }
-    if (a.is_recv()) release_completed();  // a receive waited anyway: the cheapest moment to look
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    (a.is_compute() ? stats.compute_seconds : stats.wait_seconds) += seconds;
-    if (tracing_) {
-      const std::string name = v == 1 ? a.to_string() : (a.is_compute() ? compute_label(a, p, true) : a.to_string());
-      events_.push_back(TraceEvent{name, a.is_compute(), i,
-                                   std::chrono::duration<double, std::micro>(start - step_start).count(),
-                                   seconds * 1e6, bytes});
-    }
+    if (a.is_recv()) sends.release_completed();  // a receive waited anyway: the cheapest moment to look
+    record.action_finished(a, bytes);
   }
-  // Every posted send has been received by now or will be (its receiver is in this step too):
-  // wait for them, so that the buffers they read stay alive until then.
-  for (auto& [work, buffer] : in_flight) work->wait();
-  // The last stage knows the loss; every rank reports it (waits for the last stage).
-  // The last model stage is on rank p - 1 (chunk v - 1 of that rank).
+  sends.wait_all();  // for every receiver of this step's sends: their buffers live until then
+  // The last model stage, on rank p - 1 (its chunk v - 1), alone knows the loss; every rank
+  // reports it, so the broadcast waits for rank p - 1's last backward.
   Tensor loss = full({1}, group_->rank() == p - 1 ? loss_sum : 0.0, TensorOptions(kFloat64));
   group_->broadcast(loss, p - 1);
+  StepStats stats = record.stats();
   stats.loss = loss.item<double>();
   return stats;
 }

@@ -22,8 +22,9 @@
  * and a receive waits. With one stage per rank either way works (the order on every link agrees,
  * schedule.h), but interleaved chunks pass activations around the ring of ranks, and there two
  * neighbours can both be sending when each waits for the other's receive; posted sends cannot
- * block, so only the per-direction order has to agree, which simulate(Eager) checks. Each model-
- * stage boundary uses its own tag, so messages of different chunks between two ranks never meet.
+ * block, so only the per-direction order has to agree, which simulate(..., CommModel::Eager)
+ * checks (schedule_simulator.h). Each model-stage boundary uses its own tag, so messages of
+ * different chunks between two ranks never meet.
  */
 #pragma once
 

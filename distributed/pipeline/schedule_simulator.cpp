@@ -130,7 +130,8 @@ class Simulation {
       const auto [sent, sent_at] = queue.front();
       if (!matches(a, sent, r)) {
         mismatch_.push_back("rank " + std::to_string(r) + " at #" + std::to_string(pc_[r]) + " " +
-                            a.to_string() + " got " + sent.to_string() + " from rank " + std::to_string(a.peer));
+                            a.to_string() + " got " + sent.to_string() + " from rank " +
+                            std::to_string(a.peer));
         return false;
       }
       queue.pop_front();
