@@ -5,9 +5,8 @@
  * format, so a channels_last network stays channels_last and oneDNN needs no reorders.
  *
  * Autograd: conv2d and the pools record themselves; their formulas call the backward functions
- * below, which record too although they have no formula — a second derivative through them
- * then fails with "the derivative of conv2d_backward_input is not implemented" instead of
- * silently being zero.
+ * below, which record too, with formulas of their own (autograd/formulas/conv_pool.cpp), so
+ * that a second derivative goes through them.
  */
 #include "ops/conv_pool.h"
 

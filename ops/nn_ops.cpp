@@ -52,7 +52,7 @@ Tensor softmax_backward_impl(const Tensor& grad_out, const Tensor& out, int64_t 
   LOOM_CHECK(grad_out.sizes() == out.sizes(), name, ": expected grad_out and out of the same shape, got ",
              grad_out.sizes(), " and ", out.sizes());
   int64_t d = wrap_dim(dim, out.dim(), name);
-  // Recorded without a formula: a second derivative through softmax fails clearly here.
+  // Recorded like a forward op: its formula (autograd/formulas/nn.cpp) differentiates it again.
   if (should_record(grad_out, out))
     return recorded<op>({grad_out, out}, DimAttrs{d},
                         [&] { return softmax_backward_impl<op>(grad_out, out, d); });
@@ -173,7 +173,7 @@ Tensor nll_loss(const Tensor& logp, const Tensor& target, const Tensor& weight, 
 Tensor nll_loss_backward(const Tensor& grad_out, const Tensor& logp, const Tensor& target,
                          const Tensor& weight, const Tensor& total_weight, int64_t ignore_index,
                          Reduction reduction) {
-  // Recorded without a formula: a second derivative through nll_loss fails clearly here.
+  // Recorded like a forward op: its formula (autograd/formulas/nn.cpp) differentiates it again.
   if (should_record(grad_out, logp, weight, total_weight))
     return recorded<Op::nll_loss_backward>(
         {grad_out, logp, target, weight, total_weight}, NllLossAttrs{reduction, ignore_index}, [&] {

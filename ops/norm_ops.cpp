@@ -126,7 +126,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
 std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& grad_out, const Tensor& x,
                                                        const Tensor& weight, const Tensor& save_mean,
                                                        const Tensor& save_invstd) {
-  // Recorded without a formula: a second derivative through batch_norm fails clearly here.
+  // Recorded like a forward op: its formula (autograd/formulas/norm.cpp) differentiates it again.
   if (should_record(grad_out, x, weight, save_mean, save_invstd)) {
     std::tuple<Tensor, Tensor, Tensor> grads;
     {
@@ -215,7 +215,7 @@ Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& w
 std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& grad_out, const Tensor& x,
                                                        IntArrayRef normalized_shape, const Tensor& mean,
                                                        const Tensor& rstd, const Tensor& weight) {
-  // Recorded without a formula: a second derivative through layer_norm fails clearly here.
+  // Recorded like a forward op: its formula (autograd/formulas/norm.cpp) differentiates it again.
   if (should_record(grad_out, x, mean, rstd, weight)) {
     std::tuple<Tensor, Tensor, Tensor> grads;
     {

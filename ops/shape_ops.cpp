@@ -351,7 +351,7 @@ Tensor pad_backward(const Tensor& grad_out, IntArrayRef input_sizes, IntArrayRef
   DimVector expected = padded_shape(input_sizes, pads, m, "pad_backward");
   LOOM_CHECK(grad_out.sizes() == IntArrayRef(expected), "pad_backward: expected grad_out of shape ", expected,
              " for input shape ", input_sizes, " and pads ", pads, ", got ", grad_out.sizes());
-  // Recorded without a formula: a second derivative through pad's backward is a clear error.
+  // Recorded like a forward op: its formula (autograd/formulas/shape.cpp) is pad again.
   if (should_record(grad_out)) {
     return recorded<Op::pad_backward>({grad_out}, PadAttrs{DimVector(pads), m, 0.0},
                                       [&] { return pad_backward(grad_out, input_sizes, pads, mode); });
