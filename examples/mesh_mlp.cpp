@@ -23,7 +23,7 @@
 
 #include "distributed/mesh.h"
 #include "distributed/pipeline/pipeline.h"
-#include "distributed/tensor_parallel/layers.h"
+#include "distributed/tensor_parallel/split_model.h"
 #include "nn/nn.h"
 #include "ops/ops.h"
 
@@ -45,29 +45,6 @@ std::shared_ptr<nn::Sequential> full_model() {
   return net;
 }
 
-// Linear layers alternate column- and row-parallel, so that each pair needs one all-reduce; an
-// odd last layer stays whole (replicated) on every tensor rank.
-std::shared_ptr<nn::Sequential> split_over(const nn::Sequential& full, std::shared_ptr<ProcessGroup> tensor_group) {
-  auto net = std::make_shared<nn::Sequential>();
-  int linear = 0;
-  const int linears = 5;
-  for (size_t i = 0; i < full.size(); ++i) {
-    if (i % 2 == 1) {
-      net->push_back(std::make_shared<nn::ReLU>());
-    } else if (linear == linears - 1 && linears % 2 == 1) {
-      net->push_back(full.ptr(static_cast<int64_t>(i)));
-      ++linear;
-    } else {
-      const nn::Linear& layer = full.at<nn::Linear>(static_cast<int64_t>(i));
-      if (linear++ % 2 == 0)
-        net->push_back(std::make_shared<ColumnParallelLinear>(layer, tensor_group));
-      else
-        net->push_back(std::make_shared<RowParallelLinear>(layer, tensor_group));
-    }
-  }
-  return net;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -84,7 +61,9 @@ int main(int argc, char** argv) {
     std::printf("rank %d: dp %d, tp %d, pp %d\n", world->rank(), c.dp, c.tp, c.pp);
 
     auto reference = full_model();
-    auto model = split_over(*full_model(), mesh.tensor_group_ptr());
+    // Linear layers alternate column- and row-parallel, so that each pair needs one all-reduce;
+    // the odd last layer stays whole (replicated) on every tensor rank.
+    auto model = split_linear_layers(*full_model(), mesh.tensor_group_ptr(), LastLinear::Replicated).net;
     const int64_t microbatches = 4, batch = 16 * shape.dp;
     std::unique_ptr<pipeline::PipelineStageRunner> runner;
     if (schedule == "interleaved") {
