@@ -1,85 +1,26 @@
 /*
- * The MPI process group (see process_group_mpi.h): argument checks in the caller's thread, then
- * one process-wide communication thread that makes every MPI call, in the order the program
- * issued the operations.
- *
- *   caller thread                         communication thread
- *   all_reduce_async(t) ─ checks ─► FIFO ─► MPI_Allreduce(t) ─► work.finish() ─► wait() returns
- *   send_async(t, dst)  ─ checks ─► FIFO ─► MPI_Isend ─► (polled with MPI_Test while idle) ─► finish
+ * The MPI process group (see process_group_mpi.h): each operation checks its arguments in the
+ * caller's thread, then queues the MPI call(s) on the process-wide communication thread
+ * (comm_thread.h), which runs them in the order the program issued them.
  */
 #include "distributed/mpi/process_group_mpi.h"
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
-#include <condition_variable>
-#include <cstdio>
 #include <cstring>
-#include <deque>
-#include <exception>
-#include <functional>
-#include <mutex>
-#include <set>
-#include <thread>
 #include <utility>
 
 #include "core/half.h"
+#include "distributed/mpi/comm_thread.h"
 #include "distributed/mpi/mpi_check.h"
 
 namespace loom::distributed {
 namespace {
 
-using std::chrono::milliseconds;
-
-// ---- the handle of one queued operation -------------------------------------------------------
-
-class CommThread;
-
-class MpiWork final : public Work {
- public:
-  MpiWork(std::string op, std::string where, milliseconds timeout)
-      : op_(std::move(op)), where_(std::move(where)), timeout_(timeout) {}
-
-  void wait() override;
-  bool is_completed() override { return completed_.load(std::memory_order_acquire); }
-
-  // Called by the communication thread when the operation has run (error: null on success).
-  void finish(std::exception_ptr error);
-
-  const std::string& op() const { return op_; }
-  const std::string& where() const { return where_; }
-  milliseconds timeout() const { return timeout_; }
-
- private:
-  std::string op_, where_;
-  milliseconds timeout_;
-  std::mutex mutex_;
-  std::condition_variable done_;
-  std::atomic<bool> completed_{false};
-  bool timed_out_ = false;  // counted in CommThread::stuck_ until the operation completes
-  std::exception_ptr error_;
-};
+using mpi::CommThread;
+using mpi::MpiWork;
 
 // ---- dtypes and reductions ----------------------------------------------------------------------
-
-// float16 and bfloat16 have no MPI datatype and MPI's built-in operations cannot add them: they
-// travel as 16-bit integers and are reduced by these user-defined operations, which convert
-// each pair to float, combine, and round back (as the CPU kernels of the 16-bit dtypes do).
-template <class T, class Combine>
-void reduce_16bit(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
-  const T* a = static_cast<const T*>(in);
-  T* b = static_cast<T*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = T(Combine{}(static_cast<float>(a[i]), static_cast<float>(b[i])));
-}
-struct AddF {
-  float operator()(float a, float b) const { return a + b; }
-};
-struct MaxF {  // NaN wins, as torch.maximum
-  float operator()(float a, float b) const { return (a != a || a > b) ? a : b; }
-};
-struct MinF {
-  float operator()(float a, float b) const { return (a != a || a < b) ? a : b; }
-};
 
 MPI_Datatype mpi_type(DType dtype) {
   switch (dtype) {
@@ -89,7 +30,7 @@ MPI_Datatype mpi_type(DType dtype) {
       return MPI_DOUBLE;
     case DType::Float16:
     case DType::BFloat16:
-      return MPI_UINT16_T;  // bits only; reduced by the operations above
+      return MPI_UINT16_T;  // bits only; reduced by CommThread::half_op's user-defined operations
     case DType::Int8:
       return MPI_INT8_T;
     case DType::UInt8:
@@ -104,261 +45,6 @@ MPI_Datatype mpi_type(DType dtype) {
   LOOM_FAIL("mpi: no MPI datatype for ", dtype);
 }
 static_assert(sizeof(bool) == 1, "bool tensors are sent as one byte per element");
-
-// ---- the communication thread -----------------------------------------------------------------
-
-// Messages in flight are tested back to back (yielding the core in between) for kSpinFor after
-// the last one completed, then every kPollInterval. Measured on 2 busy cores, np 2: one ring step
-// (send + recv of one float) took 65-80 us when sleeping kPollInterval between tests, 10 us spinning.
-constexpr std::chrono::microseconds kPollInterval{20};
-constexpr std::chrono::microseconds kSpinFor{500};
-
-class CommThread {
- public:
-  // Created on first use and never destroyed: the thread is stopped explicitly before
-  // MPI_Finalize (shutdown(), from init.cpp's exit handler). A static object would be destroyed
-  // at an order relative to that handler that depends on which was created first.
-  static CommThread& get() {
-    static CommThread* thread = new CommThread();
-    return *thread;
-  }
-
-  // A blocking operation: `run` makes the MPI call(s) on the communication thread.
-  void enqueue(const std::shared_ptr<MpiWork>& work, std::function<void()> run) {
-    push(Entry{work, std::move(run), {}, {}});
-  }
-  // A point-to-point operation: `post` starts it (MPI_Isend / MPI_Irecv) and returns the request;
-  // `check` looks at the status once the request completed, and may throw.
-  void enqueue_p2p(const std::shared_ptr<MpiWork>& work, std::function<MPI_Request()> post,
-                   std::function<void(const MPI_Status&)> check) {
-    push(Entry{work, {}, std::move(post), std::move(check)});
-  }
-  // Fire-and-forget cleanup (MPI_Comm_free of a destroyed group); dropped once stopped.
-  void enqueue_cleanup(std::function<void()> run) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (stopped_ || stuck_.load() > 0) return;
-    start_locked();
-    queue_.push_back(Entry{nullptr, std::move(run), {}, {}});
-    wake_.notify_one();
-  }
-
-  // The user-defined reduction for a 16-bit float dtype; communication thread only.
-  MPI_Op half_op(DType dtype, ReduceOp op) {
-    const int d = dtype == DType::Float16 ? 0 : 1;
-    const int o = op == ReduceOp::Max ? 1 : op == ReduceOp::Min ? 2 : 0;  // Avg = Sum, then divide
-    MPI_Op& slot = half_ops_[d][o];
-    if (slot == MPI_OP_NULL) {
-      MPI_User_function* fns[2][3] = {
-          {reduce_16bit<Half, AddF>, reduce_16bit<Half, MaxF>, reduce_16bit<Half, MinF>},
-          {reduce_16bit<BFloat16, AddF>, reduce_16bit<BFloat16, MaxF>, reduce_16bit<BFloat16, MinF>}};
-      LOOM_MPI_CHECK(MPI_Op_create(fns[d][o], /*commute=*/1, &slot));
-    }
-    return slot;
-  }
-
-  // A wait() gave up on an operation that has not completed yet (and one that later did).
-  void add_stuck() { stuck_.fetch_add(1); }
-  void remove_stuck() { stuck_.fetch_sub(1); }
-
-  bool shutdown() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (stopped_) return exited_;
-    // The thread may sit forever in the call that timed out: joining it would hang the exit.
-    if (stuck_.load() > 0) return false;
-    stopped_ = true;
-    if (!thread_.joinable()) return exited_ = true;
-    wake_.notify_one();
-    // Waits for the operations still queued (every rank issued them, so they complete) and for
-    // the thread to free its MPI objects; MPI_Finalize may only follow after that. Nobody may
-    // have waited for those operations, so the longest timeout among them bounds this wait: a
-    // peer that never joins one of them must not hang the exit. (Cleanups alone are local.)
-    const milliseconds bound = open_timeouts_.empty() ? milliseconds(10000) : *open_timeouts_.rbegin();
-    if (!exit_cv_.wait_for(lock, bound, [&] { return exited_; })) {
-      std::fprintf(stderr,
-                   "loom: the MPI communication thread did not finish its queued operations within %lld ms\n",
-                   static_cast<long long>(bound.count()));
-      return false;
-    }
-    lock.unlock();
-    thread_.join();
-    return true;
-  }
-
- private:
-  struct Entry {
-    std::shared_ptr<MpiWork> work;  // null for cleanups
-    std::function<void()> run;
-    std::function<MPI_Request()> post;
-    std::function<void(const MPI_Status&)> check;
-  };
-  struct Pending {
-    std::shared_ptr<MpiWork> work;
-    MPI_Request request;
-    std::function<void(const MPI_Status&)> check;
-  };
-
-  CommThread() = default;
-
-  void push(Entry entry) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    LOOM_CHECK(!stopped_, entry.work->op(), " on ", entry.work->where(),
-               ": MPI has been shut down (the program is exiting)");
-    LOOM_CHECK(stuck_.load() == 0, entry.work->op(), " on ", entry.work->where(),
-               ": an earlier operation timed out and the communication thread is still waiting in it, so no "
-               "further MPI operation can run in this process; end the job with abort_job()");
-    start_locked();
-    open_timeouts_.insert(entry.work->timeout());
-    queue_.push_back(std::move(entry));
-    wake_.notify_one();
-  }
-
-  void start_locked() {
-    if (thread_.joinable()) return;
-    thread_ = std::thread([this] { loop(); });
-  }
-
-  void loop() {
-    for (;;) {
-      Entry entry;
-      bool spinning = false;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        auto ready = [&] { return stopped_ || !queue_.empty(); };
-        // MPI moves a message only while some thread is inside MPI, so with messages in flight
-        // the thread keeps testing them: without sleeping while they progress (a ring step is a
-        // few microseconds; a 20 us sleep costs 50-100 us once the timer slack and the wake-up
-        // are counted), then, after kSpinFor without progress, every kPollInterval. Idle, it
-        // sleeps until an operation is queued.
-        if (pending_.empty())
-          wake_.wait(lock, ready);
-        else if (std::chrono::steady_clock::now() - last_progress_ > kSpinFor)
-          wake_.wait_for(lock, kPollInterval, ready);
-        else
-          spinning = true;
-        if (!queue_.empty()) {
-          entry = std::move(queue_.front());
-          queue_.pop_front();
-        } else if (stopped_ && pending_.empty()) {
-          break;
-        }
-      }
-      if (entry.run || entry.post)
-        run(entry);
-      else if (spinning)
-        std::this_thread::yield();  // the peers may share this core (mpirun --oversubscribe)
-      poll_pending();
-    }
-    free_mpi_objects();
-    std::lock_guard<std::mutex> lock(mutex_);
-    exited_ = true;
-    exit_cv_.notify_all();
-  }
-
-  void run(Entry& entry) {
-    try {
-      if (entry.post) {
-        MPI_Request request = entry.post();
-        pending_.push_back(Pending{std::move(entry.work), request, std::move(entry.check)});
-        return;
-      }
-      entry.run();
-      if (entry.work) finish(*entry.work, nullptr);
-    } catch (const std::exception& e) {
-      if (entry.work)
-        finish(*entry.work, std::make_exception_ptr(wrap(*entry.work, e)));
-      else  // a cleanup: nobody waits for it
-        std::fprintf(stderr, "loom: MPI cleanup failed: %s\n", e.what());
-    }
-  }
-
-  // Tests every message in flight; finishes the Works of those that completed.
-  void poll_pending() {
-    if (pending_.empty()) last_progress_ = std::chrono::steady_clock::now();
-    for (size_t i = 0; i < pending_.size();) {
-      Pending& p = pending_[i];
-      std::exception_ptr error;
-      bool done = false;
-      try {
-        int flag = 0;
-        MPI_Status status;
-        LOOM_MPI_CHECK(MPI_Test(&p.request, &flag, &status));
-        done = flag != 0;
-        if (done) p.check(status);
-      } catch (const std::exception& e) {
-        done = true;
-        error = std::make_exception_ptr(wrap(*p.work, e));
-      }
-      if (!done) {
-        ++i;
-        continue;
-      }
-      last_progress_ = std::chrono::steady_clock::now();
-      finish(*p.work, error);
-      pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
-    }
-  }
-
-  void finish(MpiWork& work, std::exception_ptr error) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      open_timeouts_.erase(open_timeouts_.find(work.timeout()));
-    }
-    work.finish(std::move(error));
-  }
-
-  static Error wrap(const MpiWork& work, const std::exception& e) {
-    return Error(work.op() + " failed on " + work.where() + ": " + e.what());
-  }
-
-  void free_mpi_objects() {
-    try {
-      for (auto& row : half_ops_)
-        for (MPI_Op& op : row)
-          if (op != MPI_OP_NULL) LOOM_MPI_CHECK(MPI_Op_free(&op));
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "loom: %s\n", e.what());
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<Entry> queue_;
-  bool stopped_ = false;
-  bool exited_ = false;  // the loop has returned
-  std::condition_variable exit_cv_;
-  std::multiset<milliseconds> open_timeouts_;  // of the operations queued and not yet finished
-  std::atomic<int> stuck_{0};
-  std::thread thread_;
-  // Communication thread only:
-  std::vector<Pending> pending_;
-  std::chrono::steady_clock::time_point last_progress_;
-  MPI_Op half_ops_[2][3] = {{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}, {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}};
-};
-
-void MpiWork::wait() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  // Waits for the communication thread to run this operation, i.e. for every other member of
-  // the group to reach the same collective (or the matching send/recv), up to the timeout.
-  if (!done_.wait_for(lock, timeout_, [&] { return completed_.load(std::memory_order_acquire); })) {
-    if (!timed_out_) {
-      timed_out_ = true;
-      CommThread::get().add_stuck();
-    }
-    LOOM_FAIL(op_, " timed out after ", timeout_.count(), " ms on ", where_,
-              ": a rank may have skipped it or died (the job cannot continue: call abort_job)");
-  }
-  if (error_) std::rethrow_exception(error_);
-}
-
-void MpiWork::finish(std::exception_ptr error) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    error_ = std::move(error);
-    completed_.store(true, std::memory_order_release);
-    if (timed_out_) CommThread::get().remove_stuck();
-  }
-  done_.notify_all();
-}
 
 // ---- argument checks (caller's thread) --------------------------------------------------------
 
