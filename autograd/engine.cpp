@@ -7,17 +7,16 @@
  *      and make that node ready once its count reaches zero.
  * Each node runs once, after all its consumers. Leaves are reached through AccumulateGrad.
  * For grad(), the gradients arriving at the inputs' nodes are captured instead, and only
- * the nodes on a path to them run.
+ * the nodes on a path to them run (GradCapture, grad_capture.h).
  */
 #include "autograd/engine.h"
 
 #include <queue>
 #include <unordered_map>
-#include <unordered_set>
 
-#include "autograd/accumulate_grad.h"
 #include "autograd/autograd_meta.h"
 #include "autograd/formulas/formulas.h"
+#include "autograd/grad_capture.h"
 #include "core/autocast.h"
 #include "ops/ops.h"
 
@@ -56,15 +55,13 @@ class GraphTask {
   };
 
  public:
-  GraphTask(bool keep_graph, bool create_graph) : keep_graph_(keep_graph), create_graph_(create_graph) {}
+  // capture: grad()'s, or null for backward().
+  GraphTask(bool keep_graph, bool create_graph, GradCapture* capture)
+      : keep_graph_(keep_graph), create_graph_(create_graph), capture_(capture) {}
 
-  // Gradients arriving at (node, input_nr) are stored in captured[index] instead of flowing on.
-  void capture(const Edge& edge, size_t index) { captures_[edge.node.get()].push_back({edge.input_nr, index}); }
-
-  std::vector<Tensor> run(const std::vector<Edge>& roots, const std::vector<Tensor>& root_grads, size_t num_captures) {
-    captured_.assign(num_captures, Tensor());
+  void run(const std::vector<Edge>& roots, const std::vector<Tensor>& root_grads) {
     count_dependencies(roots);
-    if (!captures_.empty()) mark_needed(roots);
+    if (capture_) capture_->mark_needed(roots);
     ReadyQueue ready;
     for (size_t i = 0; i < roots.size(); ++i) add_grad(roots[i], root_grads[i]);
     for (const Edge& r : roots) make_ready_if_done(r.node.get(), state_[r.node.get()], ready);
@@ -82,7 +79,6 @@ class GraphTask {
         make_ready_if_done(next.node.get(), s, ready);
       }
     }
-    return std::move(captured_);
   }
 
  private:
@@ -112,33 +108,6 @@ class GraphTask {
     }
   }
 
-  // needed = a captured node, or a node with an edge to a needed one (post-order, iterative).
-  void mark_needed(const std::vector<Edge>& roots) {
-    std::unordered_map<Node*, bool> done;
-    std::vector<std::pair<Node*, size_t>> stack;
-    for (const Edge& r : roots) {
-      if (done.count(r.node.get())) continue;
-      stack.push_back({r.node.get(), 0});
-      done[r.node.get()] = false;
-      while (!stack.empty()) {
-        auto& [n, next] = stack.back();
-        if (next < n->num_inputs()) {
-          const Edge& e = n->next_edge(next++);
-          if (e.valid() && !done.count(e.node.get())) {
-            done[e.node.get()] = false;
-            stack.push_back({e.node.get(), 0});
-          }
-          continue;
-        }
-        bool needed = captures_.count(n) > 0;
-        for (const Edge& e : n->next_edges()) needed = needed || (e.valid() && needed_.count(e.node.get()));
-        if (needed) needed_.insert(n);
-        done[n] = true;
-        stack.pop_back();
-      }
-    }
-  }
-
   void add_grad(const Edge& edge, Tensor grad) {
     Grads& buffer = state_[edge.node.get()].buffer;
     if (buffer.empty()) buffer.resize(edge.node->output_meta().size());
@@ -156,14 +125,7 @@ class GraphTask {
       for (size_t i = 0; i < grads.size(); ++i)
         if (grads[i].defined()) grads[i] = node.run_pre_hooks(static_cast<uint32_t>(i), std::move(grads[i]));
 
-    if (!captures_.empty()) {
-      if (auto it = captures_.find(&node); it != captures_.end()) {
-        auto* acc = dynamic_cast<AccumulateGrad*>(&node);
-        for (auto [input_nr, index] : it->second)
-          captured_[index] = acc && grads[input_nr].defined() ? acc->run_leaf_hooks(grads[input_nr]) : grads[input_nr];
-      }
-      if (!needed_.count(&node) || dynamic_cast<AccumulateGrad*>(&node)) return {};
-    }
+    if (capture_ && !capture_->take(node, grads)) return {};  // pruned, or a captured leaf
 
     bool any = false;
     for (const Tensor& g : grads) any = any || g.defined();
@@ -182,9 +144,7 @@ class GraphTask {
   std::unordered_map<Node*, NodeState, std::hash<Node*>, std::equal_to<Node*>,
                      PoolAllocator<std::pair<Node* const, NodeState>>>
       state_;
-  std::unordered_map<Node*, std::vector<std::pair<uint32_t, size_t>>> captures_;
-  std::unordered_set<Node*> needed_;
-  std::vector<Tensor> captured_;
+  GradCapture* capture_;
 };
 
 // The root edges and their initial gradients (ones for one-element outputs).
@@ -221,7 +181,7 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
   std::vector<Edge> roots;
   std::vector<Tensor> grads;
   make_roots(outputs, grad_outputs, roots, grads);
-  GraphTask(retain_graph.value_or(create_graph), create_graph).run(roots, grads, 0);
+  GraphTask(retain_graph.value_or(create_graph), create_graph, nullptr).run(roots, grads);
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
@@ -231,13 +191,15 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   std::vector<Edge> roots;
   std::vector<Tensor> grads;
   make_roots(outputs, grad_outputs, roots, grads);
-  GraphTask task(retain_graph.value_or(create_graph), create_graph);
+  GradCapture capture(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     Edge edge = gradient_edge(inputs[i]);
     LOOM_CHECK(edge.valid(), "autograd::grad: input ", i, " (shape ", inputs[i].sizes(), ") does not require grad");
-    task.capture(edge, i);
+    capture.capture(edge, i);
   }
-  std::vector<Tensor> result = task.run(roots, grads, inputs.size());
+  // With no inputs there is nothing to capture, and the pass runs as backward()'s does.
+  GraphTask(retain_graph.value_or(create_graph), create_graph, inputs.empty() ? nullptr : &capture).run(roots, grads);
+  std::vector<Tensor> result = capture.result();
   for (size_t i = 0; i < result.size(); ++i) {
     LOOM_CHECK(result[i].defined() || allow_unused, "autograd::grad: input ", i, " (shape ", inputs[i].sizes(),
                ") was not used to compute the outputs; pass allow_unused=true if that is expected");
