@@ -34,6 +34,14 @@ Tensor to32(const Tensor& t) {
   return t.detach().to(kFloat32).requires_grad_();
 }
 
+// (x - mean) / sqrt(var + 1e-5) * weight + bias with the statistics over dims: the normalisation
+// composite of elementwise ops and reductions (weight and bias already broadcastable).
+Tensor normalize_composite(const Tensor& x, IntArrayRef dims, const Tensor& weight, const Tensor& bias) {
+  Tensor mean = x.mean(dims, true);
+  Tensor var = x.var(dims, /*correction=*/0, true);
+  return (x - mean) * (var + 1e-5).rsqrt() * weight + bias;
+}
+
 }  // namespace
 
 // ---- cross_entropy --------------------------------------------------------------------------------
@@ -212,50 +220,21 @@ TEST_CASE("batch_norm and layer_norm with only a bias give the bias sum(g)") {
 
 // ---- second derivatives through the fused kernels -------------------------------------------------
 
-namespace {
-
-// The second derivative through `fused` against the one through `reference` (a composite of
-// elementwise ops and reductions), in float64: d/dinputs of <d/dinputs sum(f * r), u>.
-void check_second_derivative_against_composite(const std::vector<Tensor>& inputs,
-                                               const std::function<Tensor(const std::vector<Tensor>&)>& fused,
-                                               const std::function<Tensor(const std::vector<Tensor>&)>& reference) {
-  auto second_derivative = [&](const std::function<Tensor(const std::vector<Tensor>&)>& f) {
-    Tensor y = f(inputs);
-    Tensor r = make(random_values(y.numel(), 91), y.sizes());
-    auto first = autograd::grad({(y * r).sum()}, inputs, {}, {}, /*create_graph=*/true);
-    Tensor dot = zeros({}, TensorOptions(kFloat64));
-    for (size_t i = 0; i < first.size(); ++i)
-      dot = dot + (first[i] * make(random_values(first[i].numel(), 92 + i), first[i].sizes())).sum();
-    // A parameter that enters linearly (a bias) has no second derivative: zeros.
-    auto second = autograd::grad({dot}, inputs, {}, {}, false, /*allow_unused=*/true);
-    for (size_t i = 0; i < second.size(); ++i)
-      if (!second[i].defined()) second[i] = zeros(inputs[i].sizes(), inputs[i].options());
-    return second;
-  };
-  auto got = second_derivative(fused), expected = second_derivative(reference);
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    CAPTURE(i);
-    check_close(got[i], values(expected[i]), {1e-9, 1e-10});
-  }
-}
-
-}  // namespace
-
 TEST_CASE("second derivatives through softmax and log_softmax match the composite") {
-  check_second_derivative_against_composite(
+  check_same_second_derivative(
       {leaf({3, 5}, 41)}, [](const auto& x) { return x[0].softmax(1); },
       [](const auto& x) {
         Tensor e = x[0].exp();
         return e / e.sum({1}, true);
       });
-  check_second_derivative_against_composite(
+  check_same_second_derivative(
       {leaf({4, 3}, 42)}, [](const auto& x) { return x[0].log_softmax(0); },
       [](const auto& x) { return x[0] - x[0].exp().sum({0}, true).log(); });
 }
 
 TEST_CASE("second derivatives through cross_entropy with learned class weights match the composite") {
   Tensor t = targets({0, 2, -100, 1}, {4});
-  check_second_derivative_against_composite(
+  check_same_second_derivative(
       {leaf({4, 3}, 43), make({0.5, 2.0, 1.25}, {3}).requires_grad_()},
       [&](const auto& x) { return cross_entropy(x[0], t, x[1]); },
       [&](const auto& x) {
@@ -268,24 +247,16 @@ TEST_CASE("second derivatives through cross_entropy with learned class weights m
 
 TEST_CASE("second derivatives through training batch_norm and layer_norm match the composite") {
   SUBCASE("batch_norm") {
-    check_second_derivative_against_composite(
+    check_same_second_derivative(
         {leaf({4, 2, 3}, 44, 2.0, -0.5), leaf({2}, 45, 0.5, 1.0), leaf({2}, 46)},
         [](const auto& x) { return batch_norm(x[0], x[1], x[2], {}, {}, true); },
-        [](const auto& x) {
-          Tensor mean = x[0].mean({0, 2}, true);
-          Tensor var = x[0].var({0, 2}, /*correction=*/0, true);
-          return (x[0] - mean) * (var + 1e-5).rsqrt() * x[1].view({1, 2, 1}) + x[2].view({1, 2, 1});
-        });
+        [](const auto& x) { return normalize_composite(x[0], {0, 2}, x[1].view({1, 2, 1}), x[2].view({1, 2, 1})); });
   }
   SUBCASE("layer_norm") {
-    check_second_derivative_against_composite(
+    check_same_second_derivative(
         {leaf({3, 2, 4}, 47, 2.0, 0.5), leaf({2, 4}, 48, 0.5, 1.0), leaf({2, 4}, 49)},
         [](const auto& x) { return layer_norm(x[0], {2, 4}, x[1], x[2]); },
-        [](const auto& x) {
-          Tensor mean = x[0].mean({1, 2}, true);
-          Tensor var = x[0].var({1, 2}, /*correction=*/0, true);
-          return (x[0] - mean) * (var + 1e-5).rsqrt() * x[1] + x[2];
-        });
+        [](const auto& x) { return normalize_composite(x[0], {1, 2}, x[1], x[2]); });
   }
 }
 
@@ -375,20 +346,12 @@ TEST_CASE("float32 layer_norm gradients match the float64 composite") {
       [](const auto& x) {
         return layer_norm(x[0], {4, 24}, x[1], x[2]);
       },
-      [](const auto& x) {
-        Tensor mean = x[0].mean({1, 2}, true);
-        Tensor var = x[0].var({1, 2}, /*correction=*/0, true);
-        return (x[0] - mean) * (var + 1e-5).rsqrt() * x[1] + x[2];
-      });
+      [](const auto& x) { return normalize_composite(x[0], {1, 2}, x[1], x[2]); });
 }
 
 TEST_CASE("float32 training batch_norm gradients match the float64 composite") {
   check_float32_against_composite(
       {leaf({8, 3, 5}, 81, 2.0, -0.5), leaf({3}, 82, 0.5, 1.0), leaf({3}, 83)},
       [](const auto& x) { return batch_norm(x[0], x[1], x[2], {}, {}, true); },
-      [](const auto& x) {
-        Tensor mean = x[0].mean({0, 2}, true);
-        Tensor var = x[0].var({0, 2}, /*correction=*/0, true);
-        return (x[0] - mean) * (var + 1e-5).rsqrt() * x[1].view({1, 3, 1}) + x[2].view({1, 3, 1});
-      });
+      [](const auto& x) { return normalize_composite(x[0], {0, 2}, x[1].view({1, 3, 1}), x[2].view({1, 3, 1})); });
 }
