@@ -182,7 +182,7 @@ void ring_all_gather(ProcessGroup& group, const Tensor& input, const Tensor& out
   for (int64_t d = 1; shapes_ok && d < input.dim(); ++d) shapes_ok = output.size(d) == input.size(d);
   LOOM_CHECK(shapes_ok, "ring_all_gather: expected input [n, *] and output [", n, " * n, *], got input ",
              input.sizes(), " and output ", output.sizes(), " (", group.describe(), ")");
-  if (input.numel() == 0) return;
+  if (input.numel() == 0) return;  // every rank has the same shapes, so all skip the ring together
   // Block i of the output (dim 0 concatenation) is chunk i of the flat output: all chunks have
   // the size of one input, so the split of the file comment cuts exactly at the blocks.
   Chunks chunks(output.view({-1}), n);
@@ -201,7 +201,7 @@ void ring_reduce_scatter(ProcessGroup& group, const Tensor& input, const Tensor&
   for (int64_t d = 1; shapes_ok && d < output.dim(); ++d) shapes_ok = input.size(d) == output.size(d);
   LOOM_CHECK(shapes_ok, "ring_reduce_scatter: expected input [", n, " * n, *] and output [n, *], got input ",
              input.sizes(), " and output ", output.sizes(), " (", group.describe(), ")");
-  if (output.numel() == 0) return;
+  if (output.numel() == 0) return;  // every rank has the same shapes, so all skip the ring together
   // The input is the caller's and stays unchanged: the partial sums are formed in a copy (S bytes
   // more; a copy of only the chunks in flight would save memory at the cost of the simple picture).
   Tensor work = input.clone();

@@ -33,9 +33,12 @@
  * ZeroOptimizer averages the gradients itself: use it with the plain module, not with a
  * DistributedDataParallel wrapper (which would all-reduce them a second time).
  *
- * Stage 3 is not implemented. In stage 2 the full gradients still exist during backward (a
- * bucketed reduce-scatter inside backward, as DDP does with all-reduce, would cap them at a
- * bucket); they are freed at step(), so what a rank holds between iterations is 4Ψ/N.
+ * Stage 3 is FullyShardedDataParallel (zero3.h), a module rather than an optimizer: the
+ * parameters it shards have to be gathered around each layer's forward and backward, which only
+ * the module that runs the layers can do. ZeroOptimizer is stages 1 and 2. In stage 2 the full
+ * gradients still exist during backward (a bucketed reduce-scatter inside backward, as DDP does
+ * with all-reduce, would cap them at a bucket); they are freed at step(), so what a rank holds
+ * between iterations is 4Ψ/N.
  */
 #pragma once
 
@@ -48,9 +51,10 @@
 
 namespace loom::distributed {
 
-// Bytes this rank holds, by kind (ZeroOptimizer::memory_report).
+// Bytes this rank holds, by kind (ZeroOptimizer::memory_report, and
+// FullyShardedDataParallel::memory_report for stage 3).
 struct ZeroMemoryReport {
-  int64_t parameter_bytes = 0;        // the full flat parameters (all stages implemented here)
+  int64_t parameter_bytes = 0;        // all the flat parameters in stages 1 and 2, the shard in stage 3
   int64_t gradient_bytes = 0;         // gradient storage held after the last step's reduction
   int64_t optimizer_state_bytes = 0;  // the inner optimizer's per-parameter state
 };
