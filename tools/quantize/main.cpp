@@ -3,11 +3,11 @@
  * loom_quantize_lib). Exit status: 0 done, 2 bad input (flags, files, shapes: nothing was
  * written), 1 a failure while quantizing.
  */
-#include <cstdio>
 #include <exception>
 #include <iostream>
 
 #include "core/error.h"
+#include "tools/common/error_exit.h"
 #include "tools/quantize/options.h"
 #include "tools/quantize/quantizer.h"
 
@@ -22,17 +22,14 @@ int main(int argc, char** argv) {
     }
     options = *parsed.options;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "quantize: error: %s\n", e.what());
-    return 2;
+    return loom::tools::error_exit("quantize", e, 2);
   }
   try {
     run_quantize(options, std::cout);
     return 0;
   } catch (const InputError& e) {
-    std::fprintf(stderr, "quantize: error: %s\n", e.what());
-    return 2;
+    return loom::tools::error_exit("quantize", e, 2);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "quantize: failed: %s\n", e.what());
-    return 1;
+    return loom::tools::error_exit("quantize", e, 1, "failed");
   }
 }

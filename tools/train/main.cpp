@@ -11,6 +11,7 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "tools/common/error_exit.h"
 #include "tools/train/options.h"
 #if LOOM_TRAIN_WITH_MPI
 #include "distributed/process_group.h"
@@ -38,8 +39,7 @@ int main(int argc, char** argv) {
                           " without --dp, --tp or --pp: pass e.g. --dp " + value);
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "train: error: %s\n", e.what());
-    return 2;
+    return loom::tools::error_exit("train", e, 2);
   }
   try {
     if (options.generate)
@@ -57,8 +57,6 @@ int main(int argc, char** argv) {
       loom::distributed::abort_job(std::string("train: error: ") + e.what(), status);
 #endif
     // On a terminal the progress line is still open: end it first.
-    std::fprintf(stderr, "%strain: error: %s\n", !input_error && isatty(fileno(stdout)) ? "\n" : "",
-                 e.what());
-    return status;
+    return loom::tools::error_exit("train", e, status, "error", !input_error && isatty(fileno(stdout)));
   }
 }
