@@ -1,6 +1,6 @@
 /*
- * Elementwise ops (see elementwise.h): PyTorch's type promotion (result_type), NumPy
- * broadcasting and the in-place rules, then dispatch to the kernels (ops/cpu/
+ * Elementwise ops (see elementwise.h): PyTorch's type promotion and NumPy broadcasting
+ * (elementwise_operands.h) and the in-place rules, then dispatch to the kernels (ops/cpu/
  * elementwise_kernels.cpp). Kernels see operands already expanded to the output's shape
  * (stride 0 where broadcast) and converted to the compute dtype; a conversion copy is made
  * only when an input's dtype differs from it, and in-place ops whose self already has the
@@ -16,6 +16,7 @@
 #include "ops/copy_ops.h"
 #include "ops/autograd_hook.h"
 #include "ops/dispatch.h"
+#include "ops/elementwise_operands.h"
 #include "ops/op_utils.h"
 #include "ops/view_ops.h"
 
@@ -23,93 +24,15 @@ namespace loom {
 
 namespace {
 
-// ---- type promotion -------------------------------------------------------------------------
-
-// An operand of a binary op: a tensor, or a number that promotes like a Python scalar.
-struct Operand {
-  const Tensor* tensor = nullptr;
-  Scalar scalar;
-  explicit Operand(const Tensor& t) : tensor(&t) {}
-  explicit Operand(Scalar s) : scalar(s) {}
-};
-
-// PyTorch's ResultTypeState: dimensioned tensors, 0-dim tensors and numbers are promoted
-// separately; a lower-priority group only matters when it is of a higher category
-// (bool < integral < floating). So float16[3] + float32 0-dim stays float16, int32[3] + 5
-// stays int32, but int32[3] + 0.5 is float32 (the default dtype for a Python float).
-class ResultType {
- public:
-  void add(const Tensor& t) { merge(t.dim() > 0 ? dim_ : zero_dim_, t.dtype()); }
-  void add(Scalar s) { merge(number_, s.default_dtype()); }
-  void add(const Operand& o) { o.tensor ? add(*o.tensor) : add(o.scalar); }
-  DType get() const { return combine(dim_, combine(zero_dim_, number_)).value_or(DType::Float32); }
-
- private:
-  static void merge(std::optional<DType>& slot, DType t) { slot = slot ? promote_types(*slot, t) : t; }
-  // combine_categories: `lower` (a lower-priority group) only wins a higher category.
-  static std::optional<DType> combine(std::optional<DType> higher, std::optional<DType> lower) {
-    if (!higher) return lower;
-    if (!lower || is_floating(*higher)) return higher;
-    if (*higher == DType::Bool || is_floating(*lower)) return promote_types(*higher, *lower);
-    return higher;
-  }
-
-  std::optional<DType> dim_, zero_dim_, number_;
-};
-
-DType result_type(const Operand& a, const Operand& b) {
-  if (a.tensor && b.tensor && a.tensor->dtype() == b.tensor->dtype()) return a.tensor->dtype();
-  ResultType r;
-  r.add(a);
-  r.add(b);
-  return r.get();
-}
-
-// PyTorch's canCast: no floating -> integral, no non-bool -> bool.
-void check_can_cast(DType result, DType self, std::string_view op) {
-  bool ok = !(is_floating(result) && is_integral(self)) && !(result != DType::Bool && self == DType::Bool);
-  LOOM_CHECK(ok, op, ": result type ", result, " can't be cast to the desired output type ", self);
-}
-
-// ---- operands -------------------------------------------------------------------------------
-
-void check_operand(const Operand& o, std::string_view op) {
-  if (o.tensor) check_defined(*o.tensor, op);
-}
-
-Device device_of(const Operand& a, const Operand& b, std::string_view op) {
-  if (a.tensor && b.tensor) check_same_device(*a.tensor, *b.tensor, op);
-  return a.tensor ? a.tensor->device() : b.tensor->device();
-}
-
-DimVector broadcast_shape(const Operand& a, const Operand& b, std::string_view op) {
-  if (!a.tensor) return DimVector(b.tensor->sizes());
-  if (!b.tensor || a.tensor->sizes() == b.tensor->sizes()) return DimVector(a.tensor->sizes());
-  return broadcast_shapes(a.tensor->sizes(), b.tensor->sizes(), op);
-}
-
-// A number as a 0-dim tensor of `dtype` on `device`.
-Tensor scalar_tensor_of(Scalar s, DType dtype, Device device) {
-  Tensor t = empty({}, TensorOptions(dtype));
-  visit_dtype(dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    *static_cast<T*>(t.data_ptr()) = s.to<T>();
-  });
-  return device.is_cpu() ? t : to(t, device);
-}
-
-// The operand as a kernel input: converted to `dtype` (only if it differs) and expanded to
-// `shape` (stride 0 along broadcast dims).
-Tensor kernel_input(const Operand& o, DType dtype, IntArrayRef shape, Device device) {
-  if (!o.tensor) {  // a number: one element seen through all-zero strides
-    Tensor t = scalar_tensor_of(o.scalar, dtype, device);
-    return shape.empty() ? t : make_view(t, shape, DimVector(shape.size(), 0), 0);
-  }
-  Tensor t = o.tensor->dtype() == dtype ? *o.tensor : to(*o.tensor, dtype);
-  if (t.sizes() == shape) return t;
-  // A 0-dim operand (often a recorded number) is one element seen through all-zero strides.
-  return t.dim() == 0 ? make_view(t, shape, DimVector(shape.size(), 0), t.storage_offset()) : expand(t, shape);
-}
+using elementwise::broadcast_shape;
+using elementwise::check_can_cast;
+using elementwise::check_operand;
+using elementwise::device_of;
+using elementwise::kernel_input;
+using elementwise::Operand;
+using elementwise::result_type;
+using elementwise::ResultType;
+using elementwise::scalar_tensor_of;
 
 // ---- out-of-place binary ----------------------------------------------------------------------
 
