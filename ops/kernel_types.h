@@ -134,4 +134,9 @@ using PadKernel = void (*)(const Tensor& out, const Tensor& in, IntArrayRef pads
 using PadBackwardKernel = void (*)(const Tensor& grad_input, const Tensor& grad_out, IntArrayRef pads,
                                    PadMode mode);
 
+// ---- mixed precision
+// Multiplies each of `values` (contiguous, one floating dtype each) by inv_scale in place and
+// stores 1 into found_inf (float32 [1]) if any value was inf or NaN before; leaves it otherwise.
+using AmpUnscaleKernel = void (*)(const std::vector<Tensor>& values, const Tensor& found_inf, float inv_scale);
+
 }  // namespace loom

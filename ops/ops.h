@@ -8,6 +8,7 @@
 #include "core/parallel.h"
 #include "core/random.h"
 #include "core/tensor.h"
+#include "ops/amp_ops.h"
 #include "ops/conv_pool.h"
 #include "ops/copy_ops.h"
 #include "ops/elementwise.h"

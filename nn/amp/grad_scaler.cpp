@@ -4,83 +4,23 @@
  * torch/cuda/amp/grad_scaler.py and _amp_update_scale_ exactly, so that a run resumed from a
  * torch checkpoint or compared with one sees the same sequence of scales and skipped steps.
  *
- * unscale_ is one pass over all gradients of the optimizer: the gradients are laid end to end
- * as one index space and split among the threads, each reading every value once to test it
- * for inf/NaN and scale it (torch's _amp_foreach_non_finite_check_and_unscale_). One pass
- * matters because it reads as many bytes as the optimizer step itself.
+ * unscale_ is one pass over all gradients of the optimizer per device, amp_unscale_and_check_
+ * (ops/amp_ops.h, torch's _amp_foreach_non_finite_check_and_unscale_): each value is read once
+ * to test it for inf/NaN and scale it. One pass matters because it reads as many bytes as the
+ * optimizer step itself.
  */
 #include "nn/amp/grad_scaler.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "core/grad_mode.h"
-#include "core/parallel.h"
 #include "ops/ops.h"
 
 namespace loom::nn {
 
 namespace {
-
-// One gradient as the fused pass sees it: contiguous values of one dtype.
-struct GradSpan {
-  void* data;
-  int64_t numel;
-  DType dtype;
-};
-
-// inf and NaN are the values whose exponent bits are all ones. Testing the bits rather than
-// std::isfinite keeps the test correct under -ffinite-math-only and lets the loop vectorise.
-template <class Bits, Bits kExponentMask, class T, class Compute>
-bool scale_span(T* p, int64_t n, Compute inv_scale) {
-  bool bad = false;
-  for (int64_t i = 0; i < n; ++i) {
-    Bits bits;
-    std::memcpy(&bits, &p[i], sizeof(Bits));
-    bad |= (bits & kExponentMask) == kExponentMask;
-    p[i] = static_cast<T>(static_cast<Compute>(p[i]) * inv_scale);
-  }
-  return bad;
-}
-
-bool scale_range(const GradSpan& g, int64_t begin, int64_t end, float inv_scale) {
-  const int64_t n = end - begin;
-  switch (g.dtype) {
-    case kFloat32:
-      return scale_span<uint32_t, 0x7f800000u>(static_cast<float*>(g.data) + begin, n, inv_scale);
-    case kFloat64:  // computed in double, times the float32 1/scale (torch's opmath)
-      return scale_span<uint64_t, 0x7ff0000000000000ull>(static_cast<double*>(g.data) + begin, n,
-                                                         static_cast<double>(inv_scale));
-    case kBFloat16:
-      return scale_span<uint16_t, uint16_t{0x7f80}>(static_cast<BFloat16*>(g.data) + begin, n, inv_scale);
-    default:
-      LOOM_FAIL("GradScaler.unscale_: unsupported gradient dtype ", g.dtype);
-  }
-}
-
-// Multiplies every gradient by inv_scale in place; true if any value was inf or NaN before.
-bool unscale_and_check(const std::vector<GradSpan>& grads, float inv_scale) {
-  std::vector<int64_t> starts(grads.size() + 1, 0);  // grad i covers [starts[i], starts[i+1])
-  for (size_t i = 0; i < grads.size(); ++i) starts[i + 1] = starts[i] + grads[i].numel;
-  std::atomic<bool> found{false};
-  // Grain: reading and writing one value is a few cycles, so chunks need to be long enough to
-  // pay for waking the pool (the same rule as the elementwise kernels).
-  parallel_for(0, starts.back(), kParallelGrain, [&](int64_t begin, int64_t end) {
-    size_t i =
-        static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), begin) - starts.begin()) - 1;
-    bool bad = false;
-    for (int64_t pos = begin; pos < end; ++i) {
-      const int64_t stop = std::min(end, starts[i + 1]);
-      bad |= scale_range(grads[i], pos - starts[i], stop - starts[i], inv_scale);
-      pos = stop;
-    }
-    if (bad) found.store(true, std::memory_order_relaxed);
-  });
-  return found.load(std::memory_order_relaxed);
-}
 
 void check_factors(double growth_factor, double backoff_factor, int64_t growth_interval) {
   LOOM_CHECK(growth_factor > 1.0 && std::isfinite(growth_factor),
@@ -126,7 +66,8 @@ void GradScaler::unscale_(Optimizer& optimizer) {
              "scaler (did the script forget scaler.scale(loss)?)");
 
   // Gradients that are not contiguous are unscaled in a contiguous copy, written back after.
-  std::vector<GradSpan> spans;
+  // One list of values per device, in the order the devices first appear.
+  std::vector<std::pair<Device, std::vector<Tensor>>> per_device;
   std::vector<std::pair<Tensor, Tensor>> write_back;  // (grad, contiguous copy)
   bool any_grad = false;
   NoGradGuard no_grad;
@@ -141,20 +82,28 @@ void GradScaler::unscale_(Optimizer& optimizer) {
       LOOM_CHECK(grad.dtype() == kFloat32 || grad.dtype() == kFloat64 || grad.dtype() == kBFloat16,
                  "GradScaler.unscale_: expected float32, float64 or bfloat16 gradients, got ", grad.dtype(),
                  " for a parameter of shape ", param.sizes());
-      LOOM_CHECK(grad.is_cpu(), "GradScaler.unscale_: gradients on ", grad.device(),
-                 " are not supported yet (only CPU); got one for a parameter of shape ", param.sizes());
       if (grad.numel() == 0) continue;
       Tensor values = grad;
       if (!grad.is_contiguous()) {
         values = grad.contiguous();
         write_back.emplace_back(grad, values);
       }
-      spans.push_back({values.data_ptr(), values.numel(), values.dtype()});
+      auto it = std::find_if(per_device.begin(), per_device.end(),
+                             [&](const auto& entry) { return entry.first == values.device(); });
+      if (it == per_device.end()) it = per_device.insert(per_device.end(), {values.device(), {}});
+      it->second.push_back(values);
     }
   }
   // torch's rounding: 1/scale computed in double, then rounded to float32.
   const float inv_scale = static_cast<float>(1.0 / static_cast<double>(scale_));
-  const bool found = unscale_and_check(spans, inv_scale);
+  bool found = false;
+  for (auto& [device, values] : per_device) {
+    Tensor found_inf = zeros({1}, TensorOptions().dtype(kFloat32).device(device));
+    amp_unscale_and_check_(values, found_inf, inv_scale);
+    // Reading the flag waits for the unscale kernels of this device (a device-to-host copy on
+    // CUDA): step() must know now whether to skip, as torch's GradScaler.step does.
+    found = found || found_inf.item<float>() != 0.0f;
+  }
   for (auto& [grad, values] : write_back) grad.copy_(values);
   for (ParamGroup& group : optimizer.param_groups())
     for (Tensor& param : group.params)

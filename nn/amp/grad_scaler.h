@@ -57,11 +57,11 @@ class GradScaler {
   Tensor scale(const Tensor& loss);
 
   // Divides the gradients of every parameter of `optimizer` by the scale, in place, and
-  // records whether any of them holds an inf or NaN (one fused multi-threaded pass over all
-  // gradients). Call it at most once per optimizer between update()s, before step().
+  // records whether any of them holds an inf or NaN (one fused pass over all gradients per
+  // device: multi-threaded on the CPU, one kernel per 64 gradients on CUDA). Call it at most
+  // once per optimizer between update()s, before step().
   // Throws loom::Error if called twice before update(), after step(), before any scale(), or
-  // for float16 gradients (torch's rule: they cannot be the float32 master gradients) or
-  // gradients on a device other than the CPU.
+  // for float16 gradients (torch's rule: they cannot be the float32 master gradients).
   void unscale_(Optimizer& optimizer);
 
   // Unscales the gradients if unscale_ was not called, then runs optimizer.step() unless a

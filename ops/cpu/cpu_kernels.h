@@ -15,6 +15,7 @@ void register_pool_kernels();
 void register_norm_kernels();
 void register_nn_kernels();
 void register_shape_kernels();
+void register_amp_kernels();
 
 inline void register_cpu_kernels() {
   register_copy_kernels();
@@ -26,6 +27,7 @@ inline void register_cpu_kernels() {
   register_norm_kernels();
   register_nn_kernels();
   register_shape_kernels();
+  register_amp_kernels();
 }
 
 }  // namespace loom::cpu

@@ -84,6 +84,7 @@ void register_cuda_kernels() {
   register_linalg_cuda_kernels();
   register_conv_pool_cuda_kernels();
   register_shape_cuda_kernels();
+  register_amp_cuda_kernels();
 }
 
 }  // namespace loom::cuda

@@ -14,9 +14,10 @@ void register_cuda_kernels();  // all of the below
 void register_copy_cuda_kernels();         // copy, fill (cuda_kernels.cpp)
 void register_elementwise_cuda_kernels();  // unary, binary, where, clamp, gelu, arange, random fills
 void register_reduction_cuda_kernels();    // sum, prod, amax, amin, var, max_dim, min_dim
-void register_nn_cuda_kernels();           // softmax, log_softmax, nll_loss, layer_norm, batch_norm
+void register_nn_cuda_kernels();           // softmax, log_softmax, nll_loss, layer_norm, batch_norm (nn.cu, norm.cu)
 void register_linalg_cuda_kernels();       // matmul (cuBLAS)
 void register_conv_pool_cuda_kernels();    // conv2d, pooling
 void register_shape_cuda_kernels();        // cat, index_select/add, gather, scatter_add, tril/triu, flip, pad
+void register_amp_cuda_kernels();          // amp_unscale_and_check_ (GradScaler)
 
 }  // namespace loom::cuda

@@ -38,6 +38,7 @@ const std::map<Op, const char*> kNonDifferentiable = {
     {Op::ge, "bool output"},
     {Op::logical_and, "bool output"},
     {Op::logical_or, "bool output"},
+    {Op::amp_unscale_and_check_, "GradScaler's in-place pass over the gradients, outside the graph"},
 };
 
 }  // namespace

@@ -1,0 +1,44 @@
+/*
+ * CUDA glue of amp_unscale_and_check_ (ops/amp_ops.h): the values grouped by dtype into lists of
+ * at most kMaxUnscaleTensors, one launch per list (ops/cuda/amp.cu). found_inf stays on the
+ * device; the caller decides when to read it (GradScaler reads it once per step).
+ * Every launch is on the legacy default stream, ordered after the backward that wrote the
+ * gradients and before any later kernel that reads them.
+ */
+#include <vector>
+
+#include "core/cuda/cuda_check.h"
+#include "ops/cuda/amp_launchers.h"
+#include "ops/cuda/cuda_kernels.h"
+#include "ops/dispatch.h"
+
+namespace loom::cuda {
+
+namespace {
+
+void amp_unscale_and_check_kernel(const std::vector<Tensor>& values, const Tensor& found_inf,
+                                  float inv_scale) {
+  for (DType dtype : {kFloat32, kFloat64, kBFloat16}) {
+    UnscaleList list;
+    auto flush = [&] {
+      LOOM_CUDA_CHECK(launch_amp_unscale_and_check(list, static_cast<int>(dtype), found_inf.data_ptr<float>(),
+                                                   inv_scale, nullptr));
+      list = UnscaleList{};
+    };
+    for (const Tensor& v : values) {
+      if (v.dtype() != dtype || v.numel() == 0) continue;
+      list.data[list.count] = v.data_ptr();
+      list.numel[list.count] = v.numel();
+      if (++list.count == kMaxUnscaleTensors) flush();
+    }
+    if (list.count > 0) flush();
+  }
+}
+
+}  // namespace
+
+void register_amp_cuda_kernels() {
+  register_kernel<Op::amp_unscale_and_check_>(DeviceType::CUDA, amp_unscale_and_check_kernel);
+}
+
+}  // namespace loom::cuda
