@@ -21,7 +21,7 @@ ZeroOptimizer::ZeroOptimizer(std::vector<Tensor> params, std::shared_ptr<Process
     : params_(std::move(params)), group_(std::move(group)), stage_(stage) {
   LOOM_CHECK(group_ != nullptr, "ZeroOptimizer: null process group");
   LOOM_CHECK(stage_ == 1 || stage_ == 2, "ZeroOptimizer: stage must be 1 or 2, got ", stage_,
-             " (stage 3, sharded parameters, is not implemented)");
+             " (stage 3 is FullyShardedDataParallel, distributed/zero3.h)");
   LOOM_CHECK(!params_.empty(), "ZeroOptimizer: no parameters");
   LOOM_CHECK(make_optimizer != nullptr, "ZeroOptimizer: no optimizer factory");
   const Tensor& first = params_.front();
