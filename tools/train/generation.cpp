@@ -13,16 +13,13 @@
 #include "ops/ops.h"
 #include "tools/train/run_dir.h"
 #include "tools/train/trainer.h"
+#include "tools/train/fail.h"
 
 namespace loom::train {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-[[noreturn]] void fail(const std::string& message) {
-  throw Error(message);
-}
 
 }  // namespace
 

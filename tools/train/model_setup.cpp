@@ -9,15 +9,12 @@
 
 #include "core/grad_mode.h"
 #include "ops/ops.h"
+#include "tools/train/fail.h"
 
 namespace loom::train {
 namespace {
 
 namespace fs = std::filesystem;
-
-[[noreturn]] void fail(const std::string& message) {
-  throw Error(message);
-}
 
 }  // namespace
 

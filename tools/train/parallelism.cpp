@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "ops/ops.h"
+#include "tools/train/fail.h"
 
 #if LOOM_TRAIN_WITH_MPI
 #include "distributed/gradient_sync.h"
@@ -30,10 +31,6 @@ Tensor loss_of(const Tensor& output, const Tensor& target, bool tokens) {
 }
 
 namespace {
-
-[[noreturn]] void fail(const std::string& message) {
-  throw Error(message);
-}
 
 // Steps whose pipeline schedule --trace records: after two warm-up steps (first-touch allocation
 // and thread-pool start-up would dominate them), three steps, so the trace stays small.

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "ops/ops.h"
+#include "tools/train/fail.h"
 #include "tools/train/parallelism.h"
 
 #if LOOM_TRAIN_WITH_MPI
@@ -20,10 +21,6 @@
 
 namespace loom::train {
 namespace {
-
-[[noreturn]] void fail(const std::string& message) {
-  throw Error(message);
-}
 
 // gpt with --pp: the GPT as a sequence of layers, [embedding, block 0, ..., block L-1, head],
 // over the GPT's own modules (registered by reference: the GPT owns them).

@@ -6,15 +6,12 @@
 #include <string>
 
 #include "ops/ops.h"
+#include "tools/train/fail.h"
 
 namespace loom::train {
 namespace {
 
 namespace fs = std::filesystem;
-
-[[noreturn]] void fail(const std::string& message) {
-  throw Error(message);
-}
 
 bool is_token_file(const std::string& path, const char* flag) {
   if (!fs::exists(path)) fail(std::string(flag) + " " + path + ": no such file (make one with make_dataset)");

@@ -5,16 +5,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "tools/train/fail.h"
 
 namespace loom::train {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-[[noreturn]] void fail(const std::string& message) {
-  throw Error(message);
-}
 
 // Options that do not change what is trained: a directory holding a run that differs only in
 // these is "a run of the same config".

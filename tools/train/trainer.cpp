@@ -34,6 +34,7 @@
 #include "tools/train/run_dir.h"
 #include "tools/train/stop_signal.h"
 #include "tools/train/trace.h"
+#include "tools/train/fail.h"
 
 namespace loom::train {
 namespace {
@@ -41,10 +42,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-[[noreturn]] void fail(const std::string& message) {
-  throw Error(message);
-}
 
 // --teacher: the knowledge-distillation loss (quant/distill.h) between the student's output and
 // the teacher's, over every prediction ([N, C], or [B, T, V] flattened to [B*T, V]).
