@@ -151,25 +151,11 @@ TEST_CASE("train --dp N: a run resumed mid-epoch ends bit-identical to one never
   fs::path dir = shared_scratch("resume");
   fs::path data = tiny_dataset(dir);
 
-  train::TrainOptions whole = options(data, dir / "whole");
-  whole.dp = n;
-  run(whole);
-
+  train::TrainOptions o = options(data, dir / "whole");
+  o.dp = n;
   // 5 steps: mid-way through epoch 1 (8 steps per epoch at N = 2) or 2 (4 steps at N = 4).
-  train::TrainOptions first = options(data, dir / "stopped");
-  first.dp = n;
-  first.max_steps = 5;
-  CHECK(run(first).summary.steps == 5);
-  train::TrainOptions rest = first;
-  rest.max_steps = 0;
-  rest.resume = rest.out;
-  Run resumed = run(rest);
-
-  CHECK(resumed.summary.steps == 2 * kExamples / (kBatch * n));
-  CHECK(bitwise_equal(model_file(dir / "stopped"), model_file(dir / "whole")));
-  const fs::path step_dir =
-      dir / "whole" / nn::CheckpointManager::step_dir_name(2 * kExamples / (kBatch * n));
-  for (int r = 0; r < n; ++r) CHECK(fs::exists(step_dir / nn::CheckpointManager::rank_dir_name(r)));
+  test::check_resumed_equals_whole([](const train::TrainOptions& t) { return run(t).summary.steps; }, o,
+                                   dir / "whole", dir / "stopped", 5, 2 * kExamples / (kBatch * n));
   world->barrier();
   if (world->rank() == 0) fs::remove_all(dir);
 }

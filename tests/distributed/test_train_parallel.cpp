@@ -295,20 +295,11 @@ TEST_CASE("train --tp / --pp: a run resumed mid-epoch ends bit-identical to one 
   fs::path data = tiny_images(dir);
   for (Mesh m : {Mesh{.dp = n / 2, .tp = 2}, Mesh{.dp = n / 2, .pp = 2}, Mesh{.dp = n, .zero = 2}}) {
     CAPTURE(m.name());
-    train::TrainOptions whole = with_mesh(mlp_options(data, dir / ("whole_" + m.name())), m);
-    run(whole);
-    train::TrainOptions first = with_mesh(mlp_options(data, dir / ("stopped_" + m.name())), m);
-    first.max_steps = 3;  // mid-epoch at every dp here (8, 4 or 2 steps per epoch)
-    CHECK(run(first).steps == 3);
-    train::TrainOptions rest = first;
-    rest.max_steps = 0;
-    rest.resume = rest.out;
-    CHECK(run(rest).steps == 2 * kExamples / (kBatch * m.dp));
-    CHECK(bitwise_equal(model_file(dir / ("stopped_" + m.name())), model_file(dir / ("whole_" + m.name()))));
-    // Every rank saved its own piece: one rank-R directory per rank in the checkpoint.
-    const fs::path step_dir =
-        dir / ("whole_" + m.name()) / nn::CheckpointManager::step_dir_name(2 * kExamples / (kBatch * m.dp));
-    CHECK(fs::exists(step_dir / nn::CheckpointManager::rank_dir_name(n - 1)));
+    // 3 steps: mid-epoch at every dp here (8, 4 or 2 steps per epoch).
+    test::check_resumed_equals_whole([](const train::TrainOptions& t) { return run(t).steps; },
+                                     with_mesh(mlp_options(data, dir / ("whole_" + m.name())), m),
+                                     dir / ("whole_" + m.name()), dir / ("stopped_" + m.name()), 3,
+                                     2 * kExamples / (kBatch * m.dp));
   }
   world->barrier();  // every rank checked before rank 0 removes the files
   if (world->rank() == 0) fs::remove_all(dir);

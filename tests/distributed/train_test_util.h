@@ -1,22 +1,25 @@
 /*
  * What the tests of `train` under mpirun share (test_train_dp.cpp, test_train_parallel.cpp): a
- * scratch directory every rank of a job names alike, a tiny image dataset, and the comparisons
- * of the state dicts two runs end with.
+ * scratch directory every rank of a job names alike, a tiny image dataset, the comparisons
+ * of the state dicts two runs end with, and the stop-and-resume check.
  */
 #pragma once
 
+#include <doctest/doctest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "data/data.h"
 #include "nn/nn.h"
 #include "ops/ops.h"
 #include "tests/distributed/mpi_test_util.h"
+#include "tools/train/trainer.h"
 
 namespace loom::test {
 
@@ -48,7 +51,8 @@ inline std::filesystem::path tiny_image_dataset(const std::filesystem::path& dir
     Tensor labels = randint(0, classes, {examples}, DType::Int64, &g);
     data::DatasetInfo info;
     info.name = "tiny";
-    for (int64_t c = 0; c < classes; ++c) info.class_names.push_back(std::string(1, static_cast<char>('a' + c)));
+    for (int64_t c = 0; c < classes; ++c)
+      info.class_names.push_back(std::string(1, static_cast<char>('a' + c)));
     data::write_image_dataset(path.string(), images, labels, info, {.chunk_rows = 16});
   }
   world()->barrier();  // the file is complete before the other ranks open it
@@ -84,6 +88,31 @@ inline bool bitwise_equal(const nn::StateDict& a, const nn::StateDict& b) {
     if (tc.sizes() != uc.sizes() || std::memcmp(tc.data_ptr(), uc.data_ptr(), tc.nbytes()) != 0) return false;
   }
   return true;
+}
+
+// `options` run to the end into `whole_dir`, and into `stopped_dir` stopped after `stop_after`
+// steps (mid-epoch) and resumed: the resumed run takes the remaining steps up to `total_steps`,
+// ends with a model bit-identical to the uninterrupted one, and every rank of the job saved its
+// own state into the last checkpoint. `run` returns a run's step count.
+inline void check_resumed_equals_whole(const std::function<int64_t(const train::TrainOptions&)>& run,
+                                       train::TrainOptions options, const std::filesystem::path& whole_dir,
+                                       const std::filesystem::path& stopped_dir, int64_t stop_after,
+                                       int64_t total_steps) {
+  train::TrainOptions whole = options;
+  whole.out = whole_dir.string();
+  CHECK(run(whole) == total_steps);
+  train::TrainOptions first = options;
+  first.out = stopped_dir.string();
+  first.max_steps = stop_after;
+  CHECK(run(first) == stop_after);
+  train::TrainOptions rest = first;
+  rest.max_steps = 0;
+  rest.resume = rest.out;
+  CHECK(run(rest) == total_steps);
+  CHECK(bitwise_equal(model_file(stopped_dir), model_file(whole_dir)));
+  const std::filesystem::path step_dir = whole_dir / nn::CheckpointManager::step_dir_name(total_steps);
+  for (int r = 0; r < world()->size(); ++r)
+    CHECK(std::filesystem::exists(step_dir / nn::CheckpointManager::rank_dir_name(r)));
 }
 
 }  // namespace loom::test
