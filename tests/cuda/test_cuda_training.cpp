@@ -153,7 +153,7 @@ TEST_CASE("training: train --device cuda runs where CUDA is, and refuses clearly
   o.batch = 16;
   o.epochs = 2;
   o.workers = 1;
-  o.device = "cuda";
+  o.device = train::DeviceKind::kCuda;
   std::ostringstream log;
   if (!LOOM_WITH_CUDA || !cuda::is_available()) {
     try {

@@ -57,7 +57,7 @@ fs::path tiny_dataset(const fs::path& dir) { return test::tiny_image_dataset(dir
 
 train::TrainOptions options(const fs::path& data, const fs::path& out) {
   train::TrainOptions o;
-  o.model = "mlp";
+  o.model = train::ModelKind::kMlp;
   o.hidden = "16";
   o.data = data.string();
   o.val = data.string();

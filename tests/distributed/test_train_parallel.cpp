@@ -78,7 +78,7 @@ fs::path tiny_tokens(const fs::path& dir, int64_t vocab) {
 
 train::TrainOptions mlp_options(const fs::path& data, const fs::path& out) {
   train::TrainOptions o;
-  o.model = "mlp";
+  o.model = train::ModelKind::kMlp;
   o.hidden = "16,16";  // three linear layers: column, row, column (gathering) with --tp
   o.data = data.string();
   o.val = data.string();
@@ -94,7 +94,7 @@ train::TrainOptions mlp_options(const fs::path& data, const fs::path& out) {
 
 train::TrainOptions gpt_options(const fs::path& data, const fs::path& out) {
   train::TrainOptions o;
-  o.model = "gpt";
+  o.model = train::ModelKind::kGpt;
   o.layers = 2;  // 4 pipeline layers: embedding, 2 blocks, head
   o.heads = 4;
   o.d_model = 16;
@@ -155,13 +155,13 @@ void check_equal(const fs::path& run_dir, const train::TrainSummary& got, const 
 
 struct Mesh {
   int64_t dp = 1, tp = 1, pp = 1;
-  std::string schedule = "1f1b";
+  train::PipelineSchedule schedule = train::PipelineSchedule::kOneFOneB;
   int64_t zero = 0;
   double clip = 0;  // small enough to clip every step: the norm must be the whole model's
   int64_t grad_accum = 1;
   std::string name() const {
     return "dp" + std::to_string(dp) + "_tp" + std::to_string(tp) + "_pp" + std::to_string(pp) + "_" +
-           schedule + "_zero" + std::to_string(zero) + (clip > 0 ? "_clip" : "") + "_accum" +
+           std::string(train::to_string(schedule)) + "_zero" + std::to_string(zero) + (clip > 0 ? "_clip" : "") + "_accum" +
            std::to_string(grad_accum);
   }
 };
@@ -219,7 +219,7 @@ void check_meshes_against_one_process(const std::string& name, const std::vector
           // m = 2: GPipe holds both micro-batches on every stage; 1F1B on stage 0 only, the last
           // stage runs each backward right after its forward.
           CHECK(j.at("peak_live_microbatches") ==
-                (m.schedule == "gpipe" ? nlohmann::json{2, 2} : nlohmann::json{2, 1}));
+                (m.schedule == train::PipelineSchedule::kGPipe ? nlohmann::json{2, 2} : nlohmann::json{2, 1}));
           CHECK(j.at("peak_activation_bytes").size() == 2);
           CHECK(j.at("peak_activation_bytes")[0].get<int64_t>() > 0);
           CHECK(j.at("ideal_bubble").get<double>() == doctest::Approx(1.0 / 3.0));
@@ -237,7 +237,7 @@ TEST_CASE("train --tp / --pp on the mlp equals one process") {
   const int n = test::world()->size();
   if (n == 2)
     check_meshes_against_one_process("mlp", {{.tp = 2},
-                                             {.pp = 2, .schedule = "gpipe"},
+                                             {.pp = 2, .schedule = train::PipelineSchedule::kGPipe},
                                              {.pp = 2},
                                              {.tp = 2, .clip = 0.5},
                                              {.pp = 2, .clip = 0.5},
@@ -264,7 +264,7 @@ TEST_CASE("train --tp / --pp on a GPT equals one process, and model.safetensors 
   fs::path data = tiny_tokens(dir, 8);
   // 64 training blocks: no DistributedSampler padding at dp 2.
   std::vector<Mesh> meshes{{.tp = n}, {.pp = n}};
-  if (n == 4) meshes.push_back({.dp = 2, .pp = 2, .schedule = "gpipe"});
+  if (n == 4) meshes.push_back({.dp = 2, .pp = 2, .schedule = train::PipelineSchedule::kGPipe});
   std::map<int64_t, std::pair<fs::path, train::TrainSummary>> refs;  // by dp
   for (const Mesh& m : meshes) {
     if (refs.count(m.dp)) continue;

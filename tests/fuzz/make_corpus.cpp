@@ -123,10 +123,10 @@ void config_seeds(const fs::path& dir) {
   mlp.val = "test.h5";
   write_text(dir / "mlp.json", train::to_json(mlp).dump(2));
   train::TrainOptions gpt;
-  gpt.model = "gpt";
+  gpt.model = train::ModelKind::kGpt;
   gpt.data = "corpus.h5";
-  gpt.optimizer = "adamw";
-  gpt.amp = "bf16";
+  gpt.optimizer = train::OptimizerKind::kAdamW;
+  gpt.amp = train::AmpMode::kBf16;
   gpt.dp = 2;
   gpt.teacher = "teacher.safetensors";
   write_text(dir / "gpt.json", train::to_json(gpt).dump());

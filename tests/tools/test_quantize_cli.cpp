@@ -68,7 +68,7 @@ fs::path quadrant_dataset(const fs::path& dir, const std::string& name, int64_t 
 fs::path trained_model(const fs::path& dir, const std::string& model, const fs::path& train_set,
                        const fs::path& val_set) {
   train::TrainOptions t;
-  t.model = model;
+  t.model = model == "cnn" ? train::ModelKind::kCnn : train::ModelKind::kMlp;  // the models trained here
   t.hidden = "32";
   t.data = train_set.string();
   t.val = val_set.string();

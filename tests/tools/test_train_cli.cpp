@@ -97,13 +97,14 @@ train::TrainSummary run(const TrainOptions& options) {
 
 TEST_CASE("train options: defaults") {
   TrainOptions o = parse({"--data", "x.h5", "--out", "run"});
-  CHECK(o.model == "mlp");
+  CHECK(o.model == train::ModelKind::kMlp);
   CHECK(o.hidden == "512,512");
   CHECK(o.epochs == 1);
   CHECK(o.batch == 64);
-  CHECK(o.optimizer == "sgd");
-  CHECK(o.schedule == "cosine");
-  CHECK(o.amp == "none");
+  CHECK(o.optimizer == train::OptimizerKind::kSgd);
+  CHECK(o.schedule == train::LrSchedule::kCosine);
+  CHECK(o.amp == train::AmpMode::kOff);
+  CHECK(o.device == train::DeviceKind::kCpu);
   CHECK(o.grad_accum == 1);
   CHECK(o.out == "run");
   CHECK(train::parse_hidden("300,100,7") == std::vector<int64_t>{300, 100, 7});
@@ -117,9 +118,9 @@ TEST_CASE("train options: a config file gives values and command-line flags over
   }
   std::string config = (dir / "run.json").string();
   TrainOptions o = parse({"--config", config.c_str(), "--epochs", "5", "--out", "run"});
-  CHECK(o.model == "cnn");
+  CHECK(o.model == train::ModelKind::kCnn);
   CHECK(o.lr == 0.125);
-  CHECK(o.optimizer == "adamw");
+  CHECK(o.optimizer == train::OptimizerKind::kAdamW);
   CHECK(o.data == "a.h5");
   CHECK(o.epochs == 5);  // the flag wins over the file
   CHECK(o.out == "run");
@@ -143,6 +144,29 @@ TEST_CASE("train options: a config file gives values and command-line flags over
   CHECK(parse_error({"--config", (dir / "missing.json").string().c_str()}).find("cannot read config file") !=
         std::string::npos);
   fs::remove_all(dir);
+}
+
+TEST_CASE("train options: every word of the one-word options parses, and config.json writes it back") {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> options{
+      {"model", {"mlp", "cnn", "resnet", "gpt"}},
+      {"optimizer", {"sgd", "adam", "adamw"}},
+      {"schedule", {"none", "cosine", "step", "linear", "onecycle"}},
+      {"amp", {"none", "bf16", "fp16"}},
+      {"pipeline-schedule", {"gpipe", "1f1b"}}};
+  for (const auto& [key, words] : options)
+    for (const std::string& word : words) {
+      const std::string flag = "--" + key;
+      // config.json keeps --pipeline-schedule only with --pp.
+      TrainOptions o = key == "pipeline-schedule"
+                           ? parse({"--data", "x.h5", "--out", "r", "--pp", "2", flag.c_str(), word.c_str()})
+                           : parse({"--data", "x.h5", "--out", "r", flag.c_str(), word.c_str()});
+      CHECK_MESSAGE(train::to_json(o).at(key) == word, flag, " ", word);
+    }
+  CHECK(train::to_string(train::DeviceKind::kCpu) == "cpu");
+  CHECK(train::to_string(train::DeviceKind::kCuda) == "cuda");
+  // Without a GPU, --device cuda gets as far as the check that there is one.
+  const std::string cuda = parse_error({"--data", "x.h5", "--out", "r", "--device", "cuda"});
+  CHECK((cuda.empty() || cuda.find("--device cuda: ") != std::string::npos));
 }
 
 TEST_CASE("train options: bad values are errors that name the flag") {
@@ -233,7 +257,7 @@ TEST_CASE("train: a tiny mlp run writes config, metrics, checkpoints and refuses
 
   // A model that does not fit the data is an input error.
   TrainOptions gpt = o;
-  gpt.model = "gpt";
+  gpt.model = train::ModelKind::kGpt;
   gpt.force = true;
   CHECK_THROWS_AS(run(gpt), train::InputError);
   fs::remove_all(dir);

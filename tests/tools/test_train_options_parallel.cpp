@@ -48,7 +48,7 @@ TEST_CASE("train options: the parallelism flags parse, and config.json keeps the
   CHECK(o.tp == 2);
   CHECK(o.pp == 2);
   CHECK(o.microbatches == 8);
-  CHECK(o.pipeline_schedule == "gpipe");
+  CHECK(o.pipeline_schedule == train::PipelineSchedule::kGPipe);
   CHECK(o.zero == 1);
   CHECK(o.collective_timeout == 30);
   nlohmann::json j = train::to_json(o);
@@ -59,7 +59,7 @@ TEST_CASE("train options: the parallelism flags parse, and config.json keeps the
   CHECK(j.at("zero") == 1);
 
   TrainOptions plain = parse({});
-  CHECK(plain.pipeline_schedule == "1f1b");
+  CHECK(plain.pipeline_schedule == train::PipelineSchedule::kOneFOneB);
   CHECK(plain.collective_timeout == 300);
   nlohmann::json p = train::to_json(plain);
   for (const char* key :

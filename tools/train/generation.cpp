@@ -30,7 +30,7 @@ void run_generation(const TrainOptions& options, std::ostream& out) {
     std::ifstream in(config_path);
     if (!in) fail("--generate: no " + config_path.string() + "; pass the directory of a GPT run with --out");
     json config = json::parse(in, nullptr, false);
-    if (config.is_discarded() || config.value("model", "") != "gpt")
+    if (config.is_discarded() || config.value("model", "") != to_string(ModelKind::kGpt))
       fail("--generate: " + dir + " is not the run directory of a --model gpt run");
     TrainOptions o = options;
     o.data = config.value("data", "");

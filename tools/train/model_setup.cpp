@@ -19,25 +19,27 @@ namespace fs = std::filesystem;
 }  // namespace
 
 std::shared_ptr<nn::Module> make_model(const TrainOptions& o, const Data& d) {
-  if (o.model == "gpt") {
-    return std::make_shared<nn::GPT>(nn::GPTConfig{.vocab_size = d.vocab,
-                                                   .context = o.context,
-                                                   .n_layers = o.layers,
-                                                   .n_heads = o.heads,
-                                                   .d_model = o.d_model,
-                                                   .dropout = o.dropout});
-  }
-  if (o.model == "mlp") {
-    std::vector<int64_t> sizes{d.channels * d.height * d.width};
-    for (int64_t h : parse_hidden(o.hidden)) sizes.push_back(h);
-    sizes.push_back(d.classes);
-    return std::make_shared<nn::MLP>(sizes);
-  }
-  if (o.model == "cnn") {
-    if (d.height != d.width || d.height % 4 != 0)
-      fail("--model cnn needs square images with a side divisible by 4; " + o.data + " has " +
-           std::to_string(d.height) + "x" + std::to_string(d.width) + " (use --model mlp or resnet)");
-    return std::make_shared<nn::SmallCNN>(d.channels, d.classes, d.height);
+  switch (o.model) {
+    case ModelKind::kGpt:
+      return std::make_shared<nn::GPT>(nn::GPTConfig{.vocab_size = d.vocab,
+                                                     .context = o.context,
+                                                     .n_layers = o.layers,
+                                                     .n_heads = o.heads,
+                                                     .d_model = o.d_model,
+                                                     .dropout = o.dropout});
+    case ModelKind::kMlp: {
+      std::vector<int64_t> sizes{d.channels * d.height * d.width};
+      for (int64_t h : parse_hidden(o.hidden)) sizes.push_back(h);
+      sizes.push_back(d.classes);
+      return std::make_shared<nn::MLP>(sizes);
+    }
+    case ModelKind::kCnn:
+      if (d.height != d.width || d.height % 4 != 0)
+        fail("--model cnn needs square images with a side divisible by 4; " + o.data + " has " +
+             std::to_string(d.height) + "x" + std::to_string(d.width) + " (use --model mlp or resnet)");
+      return std::make_shared<nn::SmallCNN>(d.channels, d.classes, d.height);
+    case ModelKind::kResnet:
+      break;
   }
   return std::make_shared<nn::ResNet>(
       nn::ResNetConfig{.in_channels = d.channels, .num_classes = d.classes, .blocks_per_stage = o.blocks});
@@ -74,31 +76,38 @@ std::shared_ptr<nn::Module> load_teacher(const TrainOptions& o, const Data& d) {
   if (out.size(-1) != classes) {
     std::ostringstream message;
     message << "--teacher " << o.teacher << " outputs " << out.sizes() << " for one example, but the "
-            << o.model << " student predicts " << classes << (d.tokens ? " tokens" : " classes");
+            << to_string(o.model) << " student predicts " << classes << (d.tokens ? " tokens" : " classes");
     fail(message.str());
   }
   return teacher.model;
 }
 
 std::unique_ptr<nn::Optimizer> make_optimizer(const TrainOptions& o, std::vector<Tensor> params) {
-  if (o.optimizer == "sgd")
-    return std::make_unique<nn::SGD>(
-        std::move(params),
-        nn::SGDOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
-  if (o.optimizer == "adam")
-    return std::make_unique<nn::Adam>(std::move(params),
-                                      nn::AdamOptions{.lr = o.lr, .weight_decay = o.weight_decay});
+  switch (o.optimizer) {
+    case OptimizerKind::kSgd:
+      return std::make_unique<nn::SGD>(
+          std::move(params),
+          nn::SGDOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
+    case OptimizerKind::kAdam:
+      return std::make_unique<nn::Adam>(std::move(params),
+                                        nn::AdamOptions{.lr = o.lr, .weight_decay = o.weight_decay});
+    case OptimizerKind::kAdamW:
+      break;
+  }
   return std::make_unique<nn::AdamW>(std::move(params),
                                      nn::AdamWOptions{.lr = o.lr, .weight_decay = o.weight_decay});
 }
 
 std::unique_ptr<nn::LRScheduler> make_schedule(const TrainOptions& o, nn::Optimizer& optimizer,
                                                int64_t total_steps) {
-  if (o.schedule == "cosine") return std::make_unique<nn::CosineWithWarmup>(optimizer, o.warmup, total_steps);
-  if (o.schedule == "step")
-    return std::make_unique<nn::StepLR>(optimizer, std::max<int64_t>(1, total_steps / 3), 0.1);
-  if (o.schedule == "linear") return std::make_unique<nn::LinearLR>(optimizer, 1.0, 0.0, total_steps);
-  if (o.schedule == "onecycle") return std::make_unique<nn::OneCycleLR>(optimizer, o.lr, total_steps);
+  switch (o.schedule) {
+    case LrSchedule::kCosine: return std::make_unique<nn::CosineWithWarmup>(optimizer, o.warmup, total_steps);
+    case LrSchedule::kStep:
+      return std::make_unique<nn::StepLR>(optimizer, std::max<int64_t>(1, total_steps / 3), 0.1);
+    case LrSchedule::kLinear: return std::make_unique<nn::LinearLR>(optimizer, 1.0, 0.0, total_steps);
+    case LrSchedule::kOneCycle: return std::make_unique<nn::OneCycleLR>(optimizer, o.lr, total_steps);
+    case LrSchedule::kNone: break;
+  }
   return nullptr;
 }
 

@@ -7,6 +7,8 @@
 #include "tools/train/options.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -22,6 +24,27 @@ using nlohmann::json;
 [[noreturn]] void fail(const std::string& message) {
   throw Error(message);
 }
+
+// The words each option takes, in the order of its enum's values.
+constexpr std::array<std::string_view, 4> kModelWords{"mlp", "cnn", "resnet", "gpt"};
+constexpr std::array<std::string_view, 3> kOptimizerWords{"sgd", "adam", "adamw"};
+constexpr std::array<std::string_view, 5> kLrScheduleWords{"none", "cosine", "step", "linear", "onecycle"};
+constexpr std::array<std::string_view, 3> kAmpWords{"none", "bf16", "fp16"};
+constexpr std::array<std::string_view, 2> kDeviceWords{"cpu", "cuda"};
+constexpr std::array<std::string_view, 2> kPipelineScheduleWords{"gpipe", "1f1b"};
+
+template <size_t N>
+CLI::IsMember one_of(const std::array<std::string_view, N>& words) {
+  return CLI::IsMember(std::vector<std::string>(words.begin(), words.end()));
+}
+
+// `word` has passed one_of(words): CLI11 lets no other word through.
+template <typename Kind, size_t N>
+Kind kind_of(const std::string& word, const std::array<std::string_view, N>& words) {
+  return static_cast<Kind>(std::find(words.begin(), words.end(), word) - words.begin());
+}
+
+std::string str(std::string_view word) { return std::string(word); }
 
 std::string flag_of(const std::string& key) {
   std::string flag = "--" + key;
@@ -81,6 +104,15 @@ std::vector<std::string> config_args(const json& config, const std::string& path
 
 }  // namespace
 
+std::string_view to_string(ModelKind model) { return kModelWords[static_cast<size_t>(model)]; }
+std::string_view to_string(OptimizerKind optimizer) { return kOptimizerWords[static_cast<size_t>(optimizer)]; }
+std::string_view to_string(LrSchedule schedule) { return kLrScheduleWords[static_cast<size_t>(schedule)]; }
+std::string_view to_string(AmpMode amp) { return kAmpWords[static_cast<size_t>(amp)]; }
+std::string_view to_string(DeviceKind device) { return kDeviceWords[static_cast<size_t>(device)]; }
+std::string_view to_string(PipelineSchedule schedule) {
+  return kPipelineScheduleWords[static_cast<size_t>(schedule)];
+}
+
 std::vector<int64_t> parse_hidden(const std::string& hidden) {
   std::vector<int64_t> sizes;
   std::stringstream in(hidden);
@@ -106,9 +138,14 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
   CLI::App app("Trains a model from the Loom zoo on an HDF5 dataset (see docs/train.md).", "train");
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->always_capture_default();
   app.get_formatter()->column_width(34);
+  // CLI11 reads the one-word options into strings, checked against their enums' words, which
+  // become the enums once parsing is done: --help and the bad-value errors read as for any text.
+  std::string model = str(to_string(o.model)), optimizer = str(to_string(o.optimizer)),
+              schedule = str(to_string(o.schedule)), amp = str(to_string(o.amp)),
+              device = str(to_string(o.device)), pipeline_schedule = str(to_string(o.pipeline_schedule));
 
-  app.add_option("--model", o.model, "Model: mlp, cnn (SmallCNN), resnet (CIFAR ResNet) or gpt")
-      ->check(CLI::IsMember({"mlp", "cnn", "resnet", "gpt"}));
+  app.add_option("--model", model, "Model: mlp, cnn (SmallCNN), resnet (CIFAR ResNet) or gpt")
+      ->check(one_of(kModelWords));
   app.add_option("--hidden", o.hidden, "mlp: hidden layer sizes, comma-separated");
   app.add_option("--blocks", o.blocks, "resnet: blocks per stage (1: ResNet-8, 3: ResNet-20)")
       ->check(CLI::PositiveNumber);
@@ -134,20 +171,19 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
                  "Examples per micro-batch, per rank with --dp (global batch = dp x batch x grad-accum)")
       ->check(CLI::PositiveNumber);
   app.add_option("--lr", o.lr, "Peak learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--optimizer", o.optimizer, "sgd, adam or adamw")
-      ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  app.add_option("--optimizer", optimizer, "sgd, adam or adamw")->check(one_of(kOptimizerWords));
   app.add_option("--momentum", o.momentum, "sgd: momentum")->check(CLI::Range(0.0, 1.0));
   app.add_option("--weight-decay", o.weight_decay, "L2 penalty (sgd, adam) or decoupled decay (adamw)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--schedule", o.schedule,
+  app.add_option("--schedule", schedule,
                  "LR schedule over the whole run: none, cosine (with --warmup), step (x0.1 at 1/3 and 2/3), "
                  "linear (decay to 0) or onecycle")
-      ->check(CLI::IsMember({"none", "cosine", "step", "linear", "onecycle"}));
+      ->check(one_of(kLrScheduleWords));
   app.add_option("--warmup", o.warmup, "cosine: linear warm-up steps")->check(CLI::NonNegativeNumber);
-  app.add_option("--amp", o.amp,
+  app.add_option("--amp", amp,
                  "Mixed precision: none, bf16 (autocast), or fp16 (autocast + dynamic loss scaling; "
                  "the CPU kernels run float16 too)")
-      ->check(CLI::IsMember({"none", "bf16", "fp16"}));
+      ->check(one_of(kAmpWords));
   app.add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step (loss divided by it)")
       ->check(CLI::PositiveNumber);
   app.add_option("--clip", o.clip, "Clip the gradient norm to this (0: no clipping)")
@@ -170,8 +206,8 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
   app.add_option("--checkpoint-every", o.checkpoint_every, "Steps between checkpoints (0: only at the end)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--threads", o.threads, "Compute threads (0: every core)")->check(CLI::NonNegativeNumber);
-  app.add_option("--device", o.device, "cpu, or cuda: train on GPU 0 (needs a build with the CUDA backend)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--device", device, "cpu, or cuda: train on GPU 0 (needs a build with the CUDA backend)")
+      ->check(one_of(kDeviceWords));
   app.add_option("--trace", o.trace,
                  "Write a Chrome trace (chrome://tracing, Perfetto) of the run to this file; with --pp, "
                  "also the pipeline's micro-batches on every rank to FILE's name + .pipeline.json");
@@ -212,9 +248,9 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
                    "--pp: micro-batches each batch is cut into (must divide --batch)")
       ->check(CLI::PositiveNumber);
   parallel
-      ->add_option("--pipeline-schedule", o.pipeline_schedule,
+      ->add_option("--pipeline-schedule", pipeline_schedule,
                    "--pp: gpipe or 1f1b (named so because --schedule is the LR schedule)")
-      ->check(CLI::IsMember({"gpipe", "1f1b"}));
+      ->check(one_of(kPipelineScheduleWords));
   parallel
       ->add_option("--zero", o.zero,
                    "ZeRO stage over the data-parallel ranks: 1 shards the optimizer state, 2 also the "
@@ -246,6 +282,12 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
   } catch (const CLI::ParseError& e) {
     fail(std::string(e.what()) + " (see train --help)");
   }
+  o.model = kind_of<ModelKind>(model, kModelWords);
+  o.optimizer = kind_of<OptimizerKind>(optimizer, kOptimizerWords);
+  o.schedule = kind_of<LrSchedule>(schedule, kLrScheduleWords);
+  o.amp = kind_of<AmpMode>(amp, kAmpWords);
+  o.device = kind_of<DeviceKind>(device, kDeviceWords);
+  o.pipeline_schedule = kind_of<PipelineSchedule>(pipeline_schedule, kPipelineScheduleWords);
   if (resume_dir && o.out.empty()) o.out = *resume_dir;
   if (resume_dir && o.out != *resume_dir)
     fail("--resume " + *resume_dir + " with --out " + o.out +
@@ -263,17 +305,17 @@ void validate(const TrainOptions& o) {
   if (o.data.empty())
     fail("--data TRAIN.h5 is required (make one with: make_dataset fashion-mnist --out data/)");
   if (o.out.empty()) fail("--out RUN_DIR is required: where config.json, metrics and checkpoints go");
-  if (o.model == "mlp") parse_hidden(o.hidden);
-  if (o.model == "gpt" && o.d_model % o.heads != 0)
+  if (o.model == ModelKind::kMlp) parse_hidden(o.hidden);
+  if (o.model == ModelKind::kGpt && o.d_model % o.heads != 0)
     fail("--d-model " + std::to_string(o.d_model) + " is not divisible by --heads " +
          std::to_string(o.heads));
-  if (o.schedule == "cosine" && o.warmup < 0) fail("--warmup must be >= 0");
+  if (o.schedule == LrSchedule::kCosine && o.warmup < 0) fail("--warmup must be >= 0");
   validate_parallelism(o);
   validate_device(o);
 }
 
 void validate_device(const TrainOptions& o) {
-  if (o.device != "cuda") return;
+  if (o.device != DeviceKind::kCuda) return;
   if (!LOOM_WITH_CUDA)
     fail("--device cuda: this Loom was built without the CUDA backend (configure with -DLOOM_WITH_CUDA=ON, "
          "or EMULATED to run the CUDA kernels on the CPU)");
@@ -281,29 +323,28 @@ void validate_device(const TrainOptions& o) {
     fail("--device cuda: no usable GPU (no CUDA driver or device on this machine); use --device cpu");
   // The GPU paths of these come with the next CUDA work (NCCL, GPU autocast, the teacher on the GPU).
   if (o.dp * o.tp * o.pp > 1) fail("--device cuda: --dp/--tp/--pp need the NCCL backend, not built yet; use --device cpu");
-  if (o.amp != "none") fail("--device cuda: --amp " + o.amp + " on the GPU is not available yet; drop --amp");
+  if (o.amp != AmpMode::kOff) fail("--device cuda: --amp " + str(to_string(o.amp)) + " on the GPU is not available yet; drop --amp");
   if (!o.teacher.empty()) fail("--device cuda: --teacher is not available on the GPU yet; use --device cpu");
 }
 
 void validate_parallelism(const TrainOptions& o) {
-  const std::string tp = std::to_string(o.tp), pp = std::to_string(o.pp);
+  const std::string tp = std::to_string(o.tp), pp = std::to_string(o.pp), model = str(to_string(o.model));
+  const bool mlp = o.model == ModelKind::kMlp, gpt = o.model == ModelKind::kGpt;
   if (o.dp < 1 || o.tp < 1 || o.pp < 1 || o.microbatches < 1)
     fail("--dp, --tp, --pp and --microbatches must be at least 1");
   if (o.zero < 0 || o.zero > 2) fail("--zero " + std::to_string(o.zero) + ": the ZeRO stages are 0, 1 and 2");
-  if (o.pipeline_schedule != "gpipe" && o.pipeline_schedule != "1f1b")
-    fail("--pipeline-schedule " + o.pipeline_schedule + ": expected gpipe or 1f1b");
   if (o.collective_timeout <= 0) fail("--collective-timeout must be a positive number of seconds");
-  if (o.tp > 1 && o.model != "mlp" && o.model != "gpt")
-    fail("--tp " + tp + ": --model " + o.model +
+  if (o.tp > 1 && !mlp && !gpt)
+    fail("--tp " + tp + ": --model " + model +
          " has no tensor-parallel form (--tp works with --model mlp and gpt); use --dp to spread it");
-  if (o.pp > 1 && o.model != "mlp" && o.model != "gpt")
-    fail("--pp " + pp + ": --model " + o.model +
+  if (o.pp > 1 && !mlp && !gpt)
+    fail("--pp " + pp + ": --model " + model +
          " has no pipeline form (--pp works with --model mlp and gpt); use --dp to spread it");
-  if (o.model == "gpt" && o.pp > 1 && o.tp > 1)
+  if (gpt && o.pp > 1 && o.tp > 1)
     fail("--tp " + tp + " with --pp " + pp +
          ": a gpt is split either by tensor or by pipeline parallelism, not both (the mlp takes both); "
          "drop one, or add --dp");
-  if (o.model == "gpt" && o.pp > o.layers + 2)
+  if (gpt && o.pp > o.layers + 2)
     fail("--pp " + pp + ": the gpt has " + std::to_string(o.layers + 2) +
          " pipeline layers (the embedding, --layers " + std::to_string(o.layers) +
          " blocks, the head), so at most --pp " + std::to_string(o.layers + 2) +
@@ -315,7 +356,7 @@ void validate_parallelism(const TrainOptions& o) {
     fail("--microbatches " + std::to_string(o.microbatches) + " does not divide --batch " +
          std::to_string(o.batch) + ": every micro-batch must be as large; pick a divisor of " +
          std::to_string(o.batch));
-  if (o.model == "mlp" && (o.tp > 1 || o.pp > 1)) {
+  if (mlp && (o.tp > 1 || o.pp > 1)) {
     const std::vector<int64_t> hidden = parse_hidden(o.hidden);
     const auto linears = static_cast<int64_t>(hidden.size()) + 1;
     if (o.pp > linears)
@@ -326,22 +367,22 @@ void validate_parallelism(const TrainOptions& o) {
         fail("--tp " + tp + " does not divide the hidden layer size " + std::to_string(h) + " (--hidden " +
              o.hidden + "): each tensor-parallel rank holds an equal share of every layer's units");
   }
-  if (o.model == "gpt" && o.tp > 1) {
+  if (gpt && o.tp > 1) {
     if (o.heads % o.tp != 0)
       fail("--tp " + tp + " does not divide --heads " + std::to_string(o.heads) +
            ": each tensor-parallel rank computes whole heads; pick a --tp that divides it");
     if (4 * o.d_model % o.tp != 0)
       fail("--tp " + tp + " does not divide the MLP width 4 x --d-model = " + std::to_string(4 * o.d_model));
   }
-  if (o.dropout > 0 && o.model != "gpt")
-    fail("--dropout: only --model gpt has dropout layers (the " + o.model + " has none)");
+  if (o.dropout > 0 && !gpt)
+    fail("--dropout: only --model gpt has dropout layers (the " + model + " has none)");
   if (o.tp > 1 || o.pp > 1) {
     const std::string flags = o.pp > 1 ? (o.tp > 1 ? "--tp/--pp" : "--pp") : "--tp";
     if (o.dropout > 0)
       fail("--dropout with " + flags +
            ": the tensor- and pipeline-parallel GPTs have no dropout layers; use --dp only, or --dropout 0");
-    if (o.amp != "none")
-      fail("--amp " + o.amp + " with " + flags +
+    if (o.amp != AmpMode::kOff)
+      fail("--amp " + str(to_string(o.amp)) + " with " + flags +
            ": mixed precision is supported with --dp only (pipeline stages exchange float32, and fp16's "
            "overflow check would have to span the model's shards); use --amp none");
     if (!o.teacher.empty())
@@ -355,14 +396,14 @@ void validate_parallelism(const TrainOptions& o) {
       fail(zero +
            " with --clip: ZeRO averages the gradients inside its step, after clipping would need "
            "them; drop --clip or use --zero 0");
-    if (o.amp == "fp16")
+    if (o.amp == AmpMode::kFp16)
       fail(zero + " with --amp fp16: loss scaling needs the whole optimizer; use --amp bf16 or --zero 0");
   }
 }
 
 nlohmann::json to_json(const TrainOptions& o) {
   json j;
-  j["model"] = o.model;
+  j["model"] = to_string(o.model);
   j["hidden"] = o.hidden;
   j["blocks"] = o.blocks;
   j["layers"] = o.layers;
@@ -375,12 +416,12 @@ nlohmann::json to_json(const TrainOptions& o) {
   j["epochs"] = o.epochs;
   j["batch"] = o.batch;
   j["lr"] = o.lr;
-  j["optimizer"] = o.optimizer;
+  j["optimizer"] = to_string(o.optimizer);
   j["momentum"] = o.momentum;
   j["weight-decay"] = o.weight_decay;
-  j["schedule"] = o.schedule;
+  j["schedule"] = to_string(o.schedule);
   j["warmup"] = o.warmup;
-  j["amp"] = o.amp;
+  j["amp"] = to_string(o.amp);
   j["grad-accum"] = o.grad_accum;
   j["clip"] = o.clip;
   j["seed"] = o.seed;
@@ -398,12 +439,12 @@ nlohmann::json to_json(const TrainOptions& o) {
   if (o.pp != 1) {
     j["pp"] = o.pp;
     j["microbatches"] = o.microbatches;
-    j["pipeline-schedule"] = o.pipeline_schedule;
+    j["pipeline-schedule"] = to_string(o.pipeline_schedule);
   }
   if (o.zero != 0) j["zero"] = o.zero;
   if (o.collective_timeout != 300) j["collective-timeout"] = o.collective_timeout;
   if (o.train_examples != 0) j["train-examples"] = o.train_examples;
-  if (o.device != "cpu") j["device"] = o.device;
+  if (o.device != DeviceKind::kCpu) j["device"] = to_string(o.device);
   if (!o.teacher.empty()) {
     j["teacher"] = o.teacher;
     j["kd-temperature"] = o.kd_temperature;

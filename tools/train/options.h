@@ -11,13 +11,30 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace loom::train {
 
+// The options that take one word from a fixed set, parsed once into these. to_string gives the
+// word back: config.json, log lines and error messages spell an option as its flag does.
+enum class ModelKind { kMlp, kCnn, kResnet, kGpt };         // --model
+enum class OptimizerKind { kSgd, kAdam, kAdamW };           // --optimizer
+enum class LrSchedule { kNone, kCosine, kStep, kLinear, kOneCycle };  // --schedule
+enum class AmpMode { kOff, kBf16, kFp16 };                  // --amp ("none" is kOff)
+enum class DeviceKind { kCpu, kCuda };                      // --device
+enum class PipelineSchedule { kGPipe, kOneFOneB };          // --pipeline-schedule
+
+std::string_view to_string(ModelKind model);
+std::string_view to_string(OptimizerKind optimizer);
+std::string_view to_string(LrSchedule schedule);
+std::string_view to_string(AmpMode amp);
+std::string_view to_string(DeviceKind device);
+std::string_view to_string(PipelineSchedule schedule);
+
 struct TrainOptions {
   // Model.
-  std::string model = "mlp";       // mlp | cnn | resnet | gpt
+  ModelKind model = ModelKind::kMlp;
   std::string hidden = "512,512";  // mlp: hidden layer sizes
   int64_t blocks = 1;              // resnet: blocks per stage (1: ResNet-8, 3: ResNet-20)
   int64_t layers = 4;              // gpt
@@ -34,12 +51,12 @@ struct TrainOptions {
   int64_t epochs = 1;
   int64_t batch = 64;
   double lr = 0.05;
-  std::string optimizer = "sgd";  // sgd | adam | adamw
+  OptimizerKind optimizer = OptimizerKind::kSgd;
   double momentum = 0.9;
   double weight_decay = 5e-4;
-  std::string schedule = "cosine";  // none | cosine | step | linear | onecycle
-  int64_t warmup = 0;               // steps
-  std::string amp = "none";         // none | bf16 | fp16
+  LrSchedule schedule = LrSchedule::kCosine;
+  int64_t warmup = 0;  // steps
+  AmpMode amp = AmpMode::kOff;
   int64_t grad_accum = 1;
   double clip = 0.0;  // max gradient norm; 0: no clipping
   uint64_t seed = 0;
@@ -53,7 +70,7 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;  // steps; 0: only at the end
   bool checkpoint_async = false;  // write checkpoints on a background thread (nn::AsyncCheckpointer)
   int threads = 0;               // 0: every core
-  std::string device = "cpu";    // cpu | cuda (GPU 0)
+  DeviceKind device = DeviceKind::kCpu;  // cuda: GPU 0
   std::string trace;
   // Sampling from a GPT checkpoint.
   bool generate = false;
@@ -65,7 +82,7 @@ struct TrainOptions {
   int64_t tp = 1;                          // tensor-parallel ranks per replica (mlp, gpt)
   int64_t pp = 1;                          // pipeline stages per replica (mlp, gpt)
   int64_t microbatches = 1;                // --pp: micro-batches each loader batch is cut into
-  std::string pipeline_schedule = "1f1b";  // --pp: gpipe | 1f1b
+  PipelineSchedule pipeline_schedule = PipelineSchedule::kOneFOneB;  // --pp
   int64_t zero = 0;                        // ZeRO stage over the data-parallel ranks: 0, 1, 2
   double collective_timeout = 300;         // seconds before a stuck collective fails the job
   // Knowledge distillation from a trained model file (quant/distill.h).

@@ -130,7 +130,7 @@ std::string Parallelism::describe() const {
   if (options_.dp > 1) parts.push_back("data parallel over " + std::to_string(options_.dp) + " ranks");
   if (options_.tp > 1) parts.push_back("tensor parallel over " + std::to_string(options_.tp) + " ranks");
   if (options_.pp > 1)
-    parts.push_back(std::to_string(options_.pp) + " pipeline stages (" + options_.pipeline_schedule + ", " +
+    parts.push_back(std::to_string(options_.pp) + " pipeline stages (" + std::string(to_string(options_.pipeline_schedule)) + ", " +
                     std::to_string(options_.microbatches) + " micro-batches)");
   if (options_.zero > 0) parts.push_back("ZeRO stage " + std::to_string(options_.zero));
   std::string text;
@@ -217,7 +217,7 @@ double Parallelism::forward_backward(const Tensor& data, const Tensor& target, d
     const bool traced =
         !options_.trace.empty() && steps_run_ > kTraceWarmup && steps_run_ <= kTraceWarmup + kTracedSteps;
     runner_->set_tracing(traced);
-    const bool tokens = options_.model == "gpt";
+    const bool tokens = options_.model == ModelKind::kGpt;
     auto loss = [weight, tokens](const Tensor& output, const Tensor& y) {
       return loss_of(output, y, tokens) * weight;
     };

@@ -73,7 +73,7 @@ void Parallelism::build(std::shared_ptr<nn::Module> full) {
     return;
   }
 #if LOOM_TRAIN_WITH_MPI
-  if (options_.model == "mlp")
+  if (options_.model == ModelKind::kMlp)
     build_mlp(dynamic_cast<const nn::Sequential&>(*full_));
   else if (options_.pp > 1)
     build_gpt_pipeline(dynamic_cast<nn::GPT&>(*full_));
@@ -144,7 +144,8 @@ void Parallelism::cut_pipeline(const std::shared_ptr<nn::Sequential>& net, const
   auto stage = pipe::stage_of(*net, begin, end);
   runner_ = std::make_unique<pipe::PipelineStageRunner>(
       stage, mesh_->pipeline_group_ptr(),
-      options_.pipeline_schedule == "gpipe" ? pipe::ScheduleKind::GPipe : pipe::ScheduleKind::OneFOneB,
+      options_.pipeline_schedule == PipelineSchedule::kGPipe ? pipe::ScheduleKind::GPipe
+                                                             : pipe::ScheduleKind::OneFOneB,
       options_.microbatches);
   local_ = stage;
 #else

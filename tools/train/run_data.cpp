@@ -43,8 +43,9 @@ Data open_data(const TrainOptions& o) {
   if (!o.val.empty() && is_token_file(o.val, "--val") != d.tokens)
     fail("--val " + o.val + " holds " + (d.tokens ? "images" : "tokens") + " but --data holds " +
          (d.tokens ? "tokens" : "images"));
-  if (d.tokens != (o.model == "gpt"))
-    fail("--model " + o.model + " needs " + (o.model == "gpt" ? "a token" : "an image") + " dataset, but " +
+  const bool gpt = o.model == ModelKind::kGpt;
+  if (d.tokens != gpt)
+    fail("--model " + std::string(to_string(o.model)) + " needs " + (gpt ? "a token" : "an image") + " dataset, but " +
          o.data + " holds " +
          (d.tokens ? "tokens (use --model gpt)" : "images (use --model mlp, cnn or resnet)"));
   if (d.tokens) {

@@ -135,10 +135,10 @@ void Trainer::setup() {
   batches_per_epoch_ = loader_->num_batches();
   steps_per_epoch_ = (batches_per_epoch_ + o_.grad_accum - 1) / o_.grad_accum;
   schedule_ = make_schedule(o_, *optimizer_, steps_per_epoch_ * o_.epochs);
-  if (o_.amp == "bf16") amp_ = DType::BFloat16;
-  if (o_.amp == "fp16") amp_ = DType::Float16;
+  if (o_.amp == AmpMode::kBf16) amp_ = DType::BFloat16;
+  if (o_.amp == AmpMode::kFp16) amp_ = DType::Float16;
   // float16's 5 exponent bits underflow small gradients; bfloat16 has float32's range.
-  scaler_.emplace(nn::GradScalerOptions{.enabled = o_.amp == "fp16"});
+  scaler_.emplace(nn::GradScalerOptions{.enabled = o_.amp == AmpMode::kFp16});
   checkpoints_.emplace(o_.out, 3, job_.checkpoint_group());
   // --checkpoint-async: the same checkpoints, written by a background thread (committed at a
   // later step boundary, see nn/serialize/async_checkpoint.h).
@@ -170,7 +170,7 @@ void Trainer::make_loaders() {
            std::to_string(o_.batch) + "); choose --train-examples or --batch so that it does");
   }
   // --device cuda: batches arrive on the GPU, copied asynchronously from pinned memory.
-  device_ = o_.device == "cuda" ? Device::cuda() : Device(kCPU);
+  device_ = o_.device == DeviceKind::kCuda ? Device::cuda() : Device(kCPU);
   auto options = [&](int64_t batch) {
     return data::DataLoaderOptions().batch_size(batch).workers(o_.workers).device(device_).pin_memory(
         device_.is_cuda());
@@ -248,7 +248,7 @@ void Trainer::open_run_dir() {
 }
 
 void Trainer::print_header() {
-  out_ << "train: " << o_.model << ", " << model_->num_parameters() << " parameters, " << d_.train->size()
+  out_ << "train: " << to_string(o_.model) << ", " << model_->num_parameters() << " parameters, " << d_.train->size()
        << " training examples, " << steps_per_epoch_ << " steps per epoch";
   if (job_.size() > 1)
     out_ << ", " << job_.describe() << " (global batch " << job_.data_size() * o_.batch * o_.grad_accum << ")";
@@ -417,7 +417,7 @@ void Trainer::save() {
                                                 {"rng", nn::rng_state_dict()},
                                                 {"loader", nn::counters_to_state_dict(loader_->state().to_map())}};
   if (schedule_) sections.emplace("schedule", schedule_->state_dict());
-  if (o_.amp == "fp16") sections.emplace("scaler", scaler_->state_dict());
+  if (o_.amp == AmpMode::kFp16) sections.emplace("scaler", scaler_->state_dict());
   json meta{{"step", step_}, {"epoch", loader_->state().epoch}, {"time_s", elapsed()}, {"mesh", mesh_},
             {"options", to_json(o_)}};
   if (async_checkpoints_)
@@ -470,7 +470,7 @@ void Trainer::write_pipeline_metrics(const PipelineReport& pipeline) {
   metrics_ << json{{"kind", "pipeline"},
                    {"stages", pipeline.stages},
                    {"microbatches", pipeline.microbatches},
-                   {"schedule", o_.pipeline_schedule},
+                   {"schedule", to_string(o_.pipeline_schedule)},
                    {"traced_steps", pipeline.traced_steps},
                    {"measured_bubble", measured ? json(pipeline.measured_bubble) : json(nullptr)},
                    {"ideal_bubble", pipeline.ideal_bubble},
