@@ -1,7 +1,7 @@
 /*
  * Philox-4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11) and the
  * maps from its bits to uniform numbers: the one definition that the CPU (core/random.h) and
- * the CUDA kernels (ops/cuda/elementwise.cu) both call, so that the same (seed, counter) gives
+ * the CUDA kernels (ops/cuda/factories.cu) both call, so that the same (seed, counter) gives
  * the same numbers on every device. C++17 and host/device, for nvcc.
  */
 #pragma once

@@ -9,7 +9,7 @@
  * CPU kernels do; the one exception is the max-pool gradient, which rounds after every addition
  * because the CPU kernel accumulates in the output tensor, and it is matched bit for bit.
  *
- * Pooling follows PyTorch's rules exactly, as ops/cpu/conv_pool_kernels.cpp does: windows scanned
+ * Pooling follows PyTorch's rules exactly, as ops/cpu/pool_kernels.cpp does: windows scanned
  * row-major with the first maximum winning ties and a NaN winning, -inf as the padding value of
  * max pooling, the average divisor with and without padding (ceil_mode's overhang never counts),
  * and adaptive bins [floor(i * H / Ho), ceil((i + 1) * H / Ho)).

@@ -1,5 +1,5 @@
 /*
- * The C++ side of the CUDA nn kernels (ops/cuda/nn.cu): softmax, log_softmax, layer_norm,
+ * The C++ side of the CUDA nn kernels (ops/cuda/nn.cu, norm.cu): softmax, log_softmax, layer_norm,
  * batch_norm, nll_loss and their backward functions. Turns tensors into the plain arguments of
  * ops/cuda/nn_launchers.h, allocates the small device buffers the kernels need and registers
  * the kernels.
