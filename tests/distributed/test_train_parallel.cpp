@@ -161,8 +161,8 @@ struct Mesh {
   int64_t grad_accum = 1;
   std::string name() const {
     return "dp" + std::to_string(dp) + "_tp" + std::to_string(tp) + "_pp" + std::to_string(pp) + "_" +
-           std::string(train::to_string(schedule)) + "_zero" + std::to_string(zero) + (clip > 0 ? "_clip" : "") + "_accum" +
-           std::to_string(grad_accum);
+           std::string(train::to_string(schedule)) + "_zero" + std::to_string(zero) +
+           (clip > 0 ? "_clip" : "") + "_accum" + std::to_string(grad_accum);
   }
 };
 
@@ -219,7 +219,8 @@ void check_meshes_against_one_process(const std::string& name, const std::vector
           // m = 2: GPipe holds both micro-batches on every stage; 1F1B on stage 0 only, the last
           // stage runs each backward right after its forward.
           CHECK(j.at("peak_live_microbatches") ==
-                (m.schedule == train::PipelineSchedule::kGPipe ? nlohmann::json{2, 2} : nlohmann::json{2, 1}));
+                (m.schedule == train::PipelineSchedule::kGPipe ? nlohmann::json{2, 2}
+                                                               : nlohmann::json{2, 1}));
           CHECK(j.at("peak_activation_bytes").size() == 2);
           CHECK(j.at("peak_activation_bytes")[0].get<int64_t>() > 0);
           CHECK(j.at("ideal_bubble").get<double>() == doctest::Approx(1.0 / 3.0));

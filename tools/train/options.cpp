@@ -105,7 +105,9 @@ std::vector<std::string> config_args(const json& config, const std::string& path
 }  // namespace
 
 std::string_view to_string(ModelKind model) { return kModelWords[static_cast<size_t>(model)]; }
-std::string_view to_string(OptimizerKind optimizer) { return kOptimizerWords[static_cast<size_t>(optimizer)]; }
+std::string_view to_string(OptimizerKind optimizer) {
+  return kOptimizerWords[static_cast<size_t>(optimizer)];
+}
 std::string_view to_string(LrSchedule schedule) { return kLrScheduleWords[static_cast<size_t>(schedule)]; }
 std::string_view to_string(AmpMode amp) { return kAmpWords[static_cast<size_t>(amp)]; }
 std::string_view to_string(DeviceKind device) { return kDeviceWords[static_cast<size_t>(device)]; }
@@ -323,7 +325,8 @@ void validate_device(const TrainOptions& o) {
     fail("--device cuda: no usable GPU (no CUDA driver or device on this machine); use --device cpu");
   // The GPU paths of these come with the next CUDA work (NCCL, GPU autocast, the teacher on the GPU).
   if (o.dp * o.tp * o.pp > 1) fail("--device cuda: --dp/--tp/--pp need the NCCL backend, not built yet; use --device cpu");
-  if (o.amp != AmpMode::kOff) fail("--device cuda: --amp " + str(to_string(o.amp)) + " on the GPU is not available yet; drop --amp");
+  if (o.amp != AmpMode::kOff)
+    fail("--device cuda: --amp " + str(to_string(o.amp)) + " on the GPU is not available yet; drop --amp");
   if (!o.teacher.empty()) fail("--device cuda: --teacher is not available on the GPU yet; use --device cpu");
 }
 

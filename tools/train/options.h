@@ -18,12 +18,12 @@ namespace loom::train {
 
 // The options that take one word from a fixed set, parsed once into these. to_string gives the
 // word back: config.json, log lines and error messages spell an option as its flag does.
-enum class ModelKind { kMlp, kCnn, kResnet, kGpt };         // --model
-enum class OptimizerKind { kSgd, kAdam, kAdamW };           // --optimizer
+enum class ModelKind { kMlp, kCnn, kResnet, kGpt };                   // --model
+enum class OptimizerKind { kSgd, kAdam, kAdamW };                     // --optimizer
 enum class LrSchedule { kNone, kCosine, kStep, kLinear, kOneCycle };  // --schedule
-enum class AmpMode { kOff, kBf16, kFp16 };                  // --amp ("none" is kOff)
-enum class DeviceKind { kCpu, kCuda };                      // --device
-enum class PipelineSchedule { kGPipe, kOneFOneB };          // --pipeline-schedule
+enum class AmpMode { kOff, kBf16, kFp16 };                            // --amp ("none" is kOff)
+enum class DeviceKind { kCpu, kCuda };                                // --device
+enum class PipelineSchedule { kGPipe, kOneFOneB };                    // --pipeline-schedule
 
 std::string_view to_string(ModelKind model);
 std::string_view to_string(OptimizerKind optimizer);

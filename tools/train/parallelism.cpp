@@ -130,7 +130,8 @@ std::string Parallelism::describe() const {
   if (options_.dp > 1) parts.push_back("data parallel over " + std::to_string(options_.dp) + " ranks");
   if (options_.tp > 1) parts.push_back("tensor parallel over " + std::to_string(options_.tp) + " ranks");
   if (options_.pp > 1)
-    parts.push_back(std::to_string(options_.pp) + " pipeline stages (" + std::string(to_string(options_.pipeline_schedule)) + ", " +
+    parts.push_back(std::to_string(options_.pp) + " pipeline stages (" +
+                    std::string(to_string(options_.pipeline_schedule)) + ", " +
                     std::to_string(options_.microbatches) + " micro-batches)");
   if (options_.zero > 0) parts.push_back("ZeRO stage " + std::to_string(options_.zero));
   std::string text;

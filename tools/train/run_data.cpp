@@ -45,8 +45,8 @@ Data open_data(const TrainOptions& o) {
          (d.tokens ? "tokens" : "images"));
   const bool gpt = o.model == ModelKind::kGpt;
   if (d.tokens != gpt)
-    fail("--model " + std::string(to_string(o.model)) + " needs " + (gpt ? "a token" : "an image") + " dataset, but " +
-         o.data + " holds " +
+    fail("--model " + std::string(to_string(o.model)) + " needs " + (gpt ? "a token" : "an image") +
+         " dataset, but " + o.data + " holds " +
          (d.tokens ? "tokens (use --model gpt)" : "images (use --model mlp, cnn or resnet)"));
   if (d.tokens) {
     // Training examples are 2T-token blocks every T tokens, cut by RandomTokenWindow into a
