@@ -2,7 +2,8 @@
  * Training end to end on CUDA (emulated CUDA in CI, the GPU where there is one): the MLP on a
  * Fashion-MNIST subset follows the CPU's loss curve step for step; the CNN and a small GPT train
  * a few steps with finite, decreasing loss; `train --device cuda` runs, and refuses clearly where
- * there is no CUDA backend or no GPU.
+ * there is no CUDA backend or no GPU; `train --device cuda --amp bf16|fp16` trains under CUDA
+ * autocast (fp16 through the GradScaler on CUDA gradients).
  */
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -23,6 +24,7 @@
 #include "nn/models/small_cnn.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/sgd.h"
+#include "nn/serialize/safetensors.h"
 #include "ops/ops.h"
 #include "tests/gpu_test.h"
 #include "tools/train/options.h"
@@ -42,6 +44,26 @@ std::pair<Tensor, Tensor> fashion_mnist_subset(int64_t n) {
   std::vector<int64_t> classes(labels.data.begin(), labels.data.begin() + n);
   Tensor x = tensor<uint8_t>(pixels, {n, 784}).to(kFloat32).div(255.0).sub(0.286).div(0.353);
   return {x, tensor<int64_t>(classes, {n})};
+}
+
+// A fresh directory for one test.
+fs::path scratch_dir(const std::string& prefix) {
+  fs::path dir = fs::temp_directory_path() / (prefix + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// 48 random 1x8x8 images in 4 classes, as an HDF5 dataset in dir.
+std::string tiny_images(const fs::path& dir) {
+  Generator g(42);
+  data::DatasetInfo info;
+  info.name = "tiny";
+  info.class_names = {"a", "b", "c", "d"};
+  const std::string path = (dir / "tiny.h5").string();
+  data::write_image_dataset(path, randint(0, 256, {48, 1, 8, 8}, DType::UInt8, &g),
+                            randint(0, 4, {48}, DType::Int64, &g), info, {.chunk_rows = 16});
+  return path;
 }
 
 }  // namespace
@@ -136,16 +158,8 @@ TEST_CASE("training: the CNN and a small GPT train on CUDA with finite, decreasi
 }
 
 TEST_CASE("training: train --device cuda runs where CUDA is, and refuses clearly where it is not") {
-  fs::path dir = fs::temp_directory_path() / ("loom_cuda_train_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  Generator g(42);
-  data::DatasetInfo info;
-  info.name = "tiny";
-  info.class_names = {"a", "b", "c", "d"};
-  const std::string data_path = (dir / "tiny.h5").string();
-  data::write_image_dataset(data_path, randint(0, 256, {48, 1, 8, 8}, DType::UInt8, &g),
-                            randint(0, 4, {48}, DType::Int64, &g), info, {.chunk_rows = 16});
+  fs::path dir = scratch_dir("loom_cuda_train_");
+  const std::string data_path = tiny_images(dir);
   train::TrainOptions o;
   o.data = data_path;
   o.out = (dir / "run").string();
@@ -162,7 +176,8 @@ TEST_CASE("training: train --device cuda runs where CUDA is, and refuses clearly
     } catch (const Error& e) {
       const std::string message = e.what();
       CHECK(message.find("--device cuda") != std::string::npos);
-      CHECK(message.find(LOOM_WITH_CUDA ? "no usable GPU" : "built without the CUDA backend") != std::string::npos);
+      CHECK(message.find(LOOM_WITH_CUDA ? "no usable GPU" : "built without the CUDA backend") !=
+            std::string::npos);
     }
   } else {
     train::TrainSummary summary = train::run_training(o, log, false);
@@ -171,5 +186,46 @@ TEST_CASE("training: train --device cuda runs where CUDA is, and refuses clearly
     INFO(log.str());
     CHECK(log.str().find("nan") == std::string::npos);
   }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("training: train --device cuda --amp bf16 and fp16 train under CUDA autocast") {
+  LOOM_REQUIRE_GPU();
+  fs::path dir = scratch_dir("loom_cuda_amp_");
+  const std::string data_path = tiny_images(dir);
+  auto run = [&](train::AmpMode amp, const std::string& name) {
+    train::TrainOptions o;
+    o.data = data_path;
+    o.val = data_path;
+    o.out = (dir / name).string();
+    o.hidden = "32";
+    o.batch = 16;
+    o.epochs = 8;
+    o.workers = 1;
+    o.device = train::DeviceKind::kCuda;
+    o.amp = amp;
+    std::ostringstream log;
+    train::TrainSummary summary = train::run_training(o, log, false);
+    INFO(name, ": ", log.str());
+    CHECK(summary.steps == 24);
+    REQUIRE(summary.val_loss.has_value());
+    CHECK(std::isfinite(*summary.val_loss));
+    CHECK(*summary.val_loss < std::log(4.0));  // it learns the 48 random labels it sees
+    return nn::load_safetensors(dir / name / "model.safetensors").tensors;
+  };
+  const nn::StateDict f32 = run(train::AmpMode::kOff, "f32");
+  const nn::StateDict bf16 = run(train::AmpMode::kBf16, "bf16");
+  const nn::StateDict fp16 = run(train::AmpMode::kFp16, "fp16");
+  // Autocast really ran on CUDA: the 16-bit matmuls end in other weights than float32's, and
+  // the master weights stay float32.
+  auto differs = [](const nn::StateDict& a, const nn::StateDict& b) {
+    for (const auto& [name, t] : a)
+      if (!equal(t, b.at(name))) return true;
+    return false;
+  };
+  CHECK(differs(bf16, f32));
+  CHECK(differs(fp16, f32));
+  CHECK(differs(fp16, bf16));
+  for (const auto& [name, t] : fp16) CHECK(t.dtype() == kFloat32);
   fs::remove_all(dir);
 }

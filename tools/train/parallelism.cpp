@@ -333,7 +333,7 @@ Eval Parallelism::evaluate(data::DataLoader& loader, bool tokens, std::optional<
       for (data::Batch& batch : loader) {
         Tensor output;
         {
-          AutocastGuard autocast(DeviceType::CPU, amp, amp.has_value());
+          AutocastGuard autocast(batch.data.device().type(), amp, amp.has_value());
           output = (*local_)(batch.data);
         }
         add(total, score(output, batch.target, tokens));

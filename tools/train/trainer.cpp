@@ -311,7 +311,7 @@ double Trainer::forward_backward(const data::Batch& batch, double weight, int64_
   Tensor loss;
   {
     Trace::Scope scope(*trace_, "forward");
-    AutocastGuard autocast(DeviceType::CPU, amp_, amp_.has_value());
+    AutocastGuard autocast(device_.type(), amp_, amp_.has_value());
     Tensor output = (*trained_)(batch.data);
     loss = teacher_ ? distillation_loss_of(output, (*teacher_)(batch.data), batch.target, o_)
                     : loss_of(output, batch.target, d_.tokens);
