@@ -6,7 +6,6 @@
  * autocast (fp16 through the GradScaler on CUDA gradients).
  */
 #include <doctest/doctest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -27,6 +26,7 @@
 #include "nn/serialize/safetensors.h"
 #include "ops/ops.h"
 #include "tests/gpu_test.h"
+#include "tests/test_util.h"
 #include "tools/train/options.h"
 #include "tools/train/trainer.h"
 
@@ -44,14 +44,6 @@ std::pair<Tensor, Tensor> fashion_mnist_subset(int64_t n) {
   std::vector<int64_t> classes(labels.data.begin(), labels.data.begin() + n);
   Tensor x = tensor<uint8_t>(pixels, {n, 784}).to(kFloat32).div(255.0).sub(0.286).div(0.353);
   return {x, tensor<int64_t>(classes, {n})};
-}
-
-// A fresh directory for one test.
-fs::path scratch_dir(const std::string& prefix) {
-  fs::path dir = fs::temp_directory_path() / (prefix + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
 }
 
 // 48 random 1x8x8 images in 4 classes, as an HDF5 dataset in dir.
@@ -158,7 +150,8 @@ TEST_CASE("training: the CNN and a small GPT train on CUDA with finite, decreasi
 }
 
 TEST_CASE("training: train --device cuda runs where CUDA is, and refuses clearly where it is not") {
-  fs::path dir = scratch_dir("loom_cuda_train_");
+  test::ScratchDir scratch("cuda_train");
+  const fs::path& dir = scratch.path();
   const std::string data_path = tiny_images(dir);
   train::TrainOptions o;
   o.data = data_path;
@@ -186,12 +179,12 @@ TEST_CASE("training: train --device cuda runs where CUDA is, and refuses clearly
     INFO(log.str());
     CHECK(log.str().find("nan") == std::string::npos);
   }
-  fs::remove_all(dir);
 }
 
 TEST_CASE("training: train --device cuda --amp bf16 and fp16 train under CUDA autocast") {
   LOOM_REQUIRE_GPU();
-  fs::path dir = scratch_dir("loom_cuda_amp_");
+  test::ScratchDir scratch("cuda_amp");
+  const fs::path& dir = scratch.path();
   const std::string data_path = tiny_images(dir);
   auto run = [&](train::AmpMode amp, const std::string& name) {
     train::TrainOptions o;
@@ -227,5 +220,4 @@ TEST_CASE("training: train --device cuda --amp bf16 and fp16 train under CUDA au
   CHECK(differs(fp16, f32));
   CHECK(differs(fp16, bf16));
   for (const auto& [name, t] : fp16) CHECK(t.dtype() == kFloat32);
-  fs::remove_all(dir);
 }
