@@ -134,6 +134,20 @@ using PadKernel = void (*)(const Tensor& out, const Tensor& in, IntArrayRef pads
 using PadBackwardKernel = void (*)(const Tensor& grad_input, const Tensor& grad_out, IntArrayRef pads,
                                    PadMode mode);
 
+// ---- attention (flash_attention): q [N, L, E], k [N, S, E], v [N, S, Ev], out [N, L, Ev],
+// grad_out [N, L, Ev] contiguous, one floating dtype; logsumexp [N, L] contiguous in the stats
+// dtype (float32, float64 for float64 inputs); mask undefined or [N, L, S] in the stats dtype,
+// any strides (0 where broadcast), added to the scaled scores. is_causal masks key j > query i
+// (the top-left triangle, as torch). A row whose keys are all masked gives out 0 and logsumexp
+// -inf, and no gradient. grad_q/grad_k/grad_v have q's/k's/v's shapes, contiguous.
+using FlashAttentionKernel = void (*)(const Tensor& out, const Tensor& logsumexp, const Tensor& q,
+                                      const Tensor& k, const Tensor& v, const Tensor& mask, double scale,
+                                      bool is_causal);
+using FlashAttentionBackwardKernel = void (*)(const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
+                                              const Tensor& grad_out, const Tensor& q, const Tensor& k,
+                                              const Tensor& v, const Tensor& out, const Tensor& logsumexp,
+                                              const Tensor& mask, double scale, bool is_causal);
+
 // ---- mixed precision
 // Multiplies each of `values` (contiguous, one floating dtype each) by inv_scale in place and
 // stores 1 into found_inf (float32 [1]) if any value was inf or NaN before; leaves it otherwise.

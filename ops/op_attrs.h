@@ -100,4 +100,10 @@ struct PadAttrs {
   double value = 0;
 };
 
+// flash_attention and its backward: the scale of the scores and whether the mask is causal.
+struct AttentionAttrs {
+  double scale = 1.0;
+  bool is_causal = false;
+};
+
 }  // namespace loom

@@ -9,6 +9,7 @@
 #include "core/random.h"
 #include "core/tensor.h"
 #include "ops/amp_ops.h"
+#include "ops/attention_ops.h"
 #include "ops/conv_pool.h"
 #include "ops/copy_ops.h"
 #include "ops/elementwise.h"

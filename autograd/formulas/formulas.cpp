@@ -17,6 +17,7 @@ void register_formulas() {
   register_norm_formulas();
   register_nn_formulas();
   register_shape_formulas();
+  register_attention_formulas();
 }
 
 Tensor sum_to(const Tensor& grad, IntArrayRef sizes) {
