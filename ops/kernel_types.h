@@ -153,4 +153,38 @@ using FlashAttentionBackwardKernel = void (*)(const Tensor& grad_q, const Tensor
 // stores 1 into found_inf (float32 [1]) if any value was inf or NaN before; leaves it otherwise.
 using AmpUnscaleKernel = void (*)(const std::vector<Tensor>& values, const Tensor& found_inf, float inv_scale);
 
+// ---- optimizers (ops/optim_ops.h): in place, every tensor contiguous, float32 or float64, each
+// list as long as params and each tensor of a list in its parameter's dtype and shape.
+// One Adam/AdamW step's hyper-parameters, shared by every tensor of a call.
+struct AdamStepOptions {
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  bool decoupled = false;  // AdamW's p *= 1 - lr * weight_decay instead of Adam's g += weight_decay * p
+  bool amsgrad = false;
+  bool maximize = false;
+};
+// A tensor's bias corrections at its own step count t: lr / (1 - beta1^t) and 1 / sqrt(1 - beta2^t).
+struct AdamStepFactors {
+  double step_size = 0;
+  double inv_bias_corr2_sqrt = 0;
+};
+// max_exp_avg_sqs is empty unless options.amsgrad.
+using FusedAdamKernel = void (*)(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                                 const std::vector<Tensor>& max_exp_avg_sqs,
+                                 const std::vector<AdamStepFactors>& factors, const AdamStepOptions& options);
+struct SgdStepOptions {
+  double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+  bool maximize = false;
+  bool first_step = false;  // the momentum buffers start as the first direction instead of being updated
+};
+// momentum_buffers is empty when options.momentum == 0.
+using FusedSgdKernel = void (*)(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                                const std::vector<Tensor>& momentum_buffers, const SgdStepOptions& options);
+// out (float64, 0-dim, on the tensors' device) = the sum of |x|^norm_type over every element of
+// every tensor, or max |x| (NaN if any x is NaN) for norm_type = infinity.
+using ForeachNormKernel = void (*)(const Tensor& out, const std::vector<Tensor>& tensors, double norm_type);
+// Multiplies every tensor by scale (float64, 0-dim, on their device), rounded to the tensor's dtype.
+using ForeachMulKernel = void (*)(const std::vector<Tensor>& tensors, const Tensor& scale);
+
 }  // namespace loom

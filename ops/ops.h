@@ -17,6 +17,7 @@
 #include "ops/linalg.h"
 #include "ops/nn_ops.h"
 #include "ops/norm_ops.h"
+#include "ops/optim_ops.h"
 #include "ops/reduction.h"
 #include "ops/shape_ops.h"
 #include "ops/view_ops.h"

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "nn/optim/optimizer.h"
 
@@ -41,10 +43,19 @@ inline void check_all_grads(const std::vector<ParamGroup>& groups, std::string_v
       if (groups[g].params[i].grad().defined()) checked_grad(groups[g].params[i], optimizer, g, i);
 }
 
-// Whether the fused CPU loop can update p in place through its data pointer; other
-// parameters (GPU, non-contiguous) take the per-op path.
+// Whether the fused step ops (ops/optim_ops.h) can update p in place, on whatever device;
+// other parameters (non-contiguous views) take the per-op path.
 inline bool fusable(const Tensor& p) {
-  return p.is_cpu() && p.is_contiguous();
+  return p.is_contiguous();
+}
+
+// The entry of `batches` for `device`, appended empty on first use: one fused call per device,
+// in the order the devices first appear (a step rarely sees more than one).
+template <class Batch>
+Batch& batch_for(std::vector<std::pair<Device, Batch>>& batches, Device device) {
+  for (auto& [d, batch] : batches)
+    if (d == device) return batch;
+  return batches.emplace_back(device, Batch{}).second;
 }
 
 // State tensor `name` of a parameter, created by `make` on first use and kept in the

@@ -16,6 +16,7 @@ void register_norm_kernels();
 void register_nn_kernels();
 void register_shape_kernels();
 void register_amp_kernels();
+void register_optim_kernels();
 void register_attention_kernels();
 
 inline void register_cpu_kernels() {
@@ -29,6 +30,7 @@ inline void register_cpu_kernels() {
   register_nn_kernels();
   register_shape_kernels();
   register_amp_kernels();
+  register_optim_kernels();
   register_attention_kernels();
 }
 

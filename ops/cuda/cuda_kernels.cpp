@@ -85,6 +85,7 @@ void register_cuda_kernels() {
   register_conv_pool_cuda_kernels();
   register_shape_cuda_kernels();
   register_amp_cuda_kernels();
+  register_optim_cuda_kernels();
   register_attention_cuda_kernels();
 }
 

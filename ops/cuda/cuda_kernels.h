@@ -19,6 +19,7 @@ void register_linalg_cuda_kernels();       // matmul (cuBLAS)
 void register_conv_pool_cuda_kernels();    // conv2d, pooling
 void register_shape_cuda_kernels();        // cat, index_select/add, gather, scatter_add, tril/triu, flip, pad
 void register_amp_cuda_kernels();          // amp_unscale_and_check_ (GradScaler)
+void register_optim_cuda_kernels();        // fused_adam_, fused_sgd_, foreach_norm_reduce, foreach_mul_
 void register_attention_cuda_kernels();    // flash_attention, flash_attention_backward
 
 }  // namespace loom::cuda

@@ -41,6 +41,10 @@ const std::map<Op, const char*> kNonDifferentiable = {
     {Op::amp_unscale_and_check_, "GradScaler's in-place pass over the gradients, outside the graph"},
     {Op::flash_attention_backward, "the fused attention's backward; a second derivative goes through the "
                                    "written-out attention (its call refuses create_graph)"},
+    {Op::fused_adam_, "the optimizer's in-place step, outside the graph"},
+    {Op::fused_sgd_, "the optimizer's in-place step, outside the graph"},
+    {Op::foreach_norm_reduce, "clip_grad_norm_'s pass over the gradients, outside the graph"},
+    {Op::foreach_mul_, "clip_grad_norm_'s in-place scaling of the gradients, outside the graph"},
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 /*
- * Internal to nn/optim: runs elementwise work over many tensors as one parallel range.
+ * Runs elementwise work over many tensors as one parallel range: the CPU side of the
+ * multi-tensor optimizer ops (optim_kernels.cpp) and nn::clip_grad_value_.
  *
  * An optimizer step or a gradient-norm pass touches every parameter of a model, and a model
  * has many small tensors (biases, LayerNorm weights) next to a few large ones. Waking the
@@ -21,7 +22,7 @@
 
 #include "core/parallel.h"
 
-namespace loom::nn::optim_detail {
+namespace loom::cpu {
 
 // Elements per block: large enough that a block outweighs the cost of scheduling it, and a
 // multiple of kFlatAlign so block boundaries fall on aligned offsets inside every tensor.
@@ -66,4 +67,4 @@ class FlatRange {
   std::vector<int64_t> offsets_;
 };
 
-}  // namespace loom::nn::optim_detail
+}  // namespace loom::cpu

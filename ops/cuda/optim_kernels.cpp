@@ -1,0 +1,138 @@
+/*
+ * CUDA glue of the multi-tensor optimizer ops (ops/optim_ops.h): the tensors grouped by dtype
+ * into lists of at most kMax*Tensors, one launch per list (ops/cuda/optim.cu). Every launch is
+ * on the legacy default stream, ordered after the backward that wrote the gradients and before
+ * any later kernel that reads the parameters; nothing here waits for the device.
+ */
+#include <utility>
+#include <vector>
+
+#include "core/cuda/cuda_check.h"
+#include "core/tensor.h"
+#include "ops/cuda/cuda_kernels.h"
+#include "ops/cuda/optim_launchers.h"
+#include "ops/dispatch.h"
+
+namespace loom::cuda {
+
+namespace {
+
+constexpr DType kStepDTypes[] = {kFloat32, kFloat64};
+
+// Calls add(i) for every non-empty tensor i of dtype `dtype`, and flush() after each `capacity`
+// of them and once at the end if any are left.
+template <class Add, class Flush>
+void batch_by_dtype(const std::vector<Tensor>& tensors, DType dtype, int capacity, const Add& add,
+                    const Flush& flush) {
+  int count = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].dtype() != dtype || tensors[i].numel() == 0) continue;
+    add(i, count);
+    if (++count == capacity) {
+      flush(count);
+      count = 0;
+    }
+  }
+  if (count > 0) flush(count);
+}
+
+void fused_adam_kernel(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                       const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                       const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<AdamStepFactors>& factors,
+                       const AdamStepOptions& o) {
+  const AdamArgs args{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.decoupled, o.amsgrad, o.maximize};
+  for (DType dtype : kStepDTypes) {
+    AdamList list;
+    batch_by_dtype(
+        params, dtype, kMaxAdamTensors,
+        [&](size_t i, int k) {
+          list.param[k] = params[i].data_ptr();
+          list.grad[k] = grads[i].data_ptr();
+          list.exp_avg[k] = exp_avgs[i].data_ptr();
+          list.exp_avg_sq[k] = exp_avg_sqs[i].data_ptr();
+          list.max_exp_avg_sq[k] = o.amsgrad ? max_exp_avg_sqs[i].data_ptr() : nullptr;
+          list.numel[k] = params[i].numel();
+          list.step_size[k] = factors[i].step_size;
+          list.inv_bias_corr2_sqrt[k] = factors[i].inv_bias_corr2_sqrt;
+        },
+        [&](int count) {
+          list.count = count;
+          LOOM_CUDA_CHECK(launch_fused_adam(list, static_cast<int>(dtype), args, nullptr));
+          list = AdamList{};
+        });
+  }
+}
+
+void fused_sgd_kernel(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                      const std::vector<Tensor>& momentum_buffers, const SgdStepOptions& o) {
+  const SgdArgs args{o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov, o.maximize, o.first_step};
+  for (DType dtype : kStepDTypes) {
+    SgdList list;
+    batch_by_dtype(
+        params, dtype, kMaxSgdTensors,
+        [&](size_t i, int k) {
+          list.param[k] = params[i].data_ptr();
+          list.grad[k] = grads[i].data_ptr();
+          list.buffer[k] = o.momentum != 0 ? momentum_buffers[i].data_ptr() : nullptr;
+          list.numel[k] = params[i].numel();
+        },
+        [&](int count) {
+          list.count = count;
+          LOOM_CUDA_CHECK(launch_fused_sgd(list, static_cast<int>(dtype), args, nullptr));
+          list = SgdList{};
+        });
+  }
+}
+
+// The tensors as foreach lists, with each list's dtype.
+std::vector<std::pair<ForeachList, DType>> foreach_lists(const std::vector<Tensor>& tensors) {
+  std::vector<std::pair<ForeachList, DType>> lists;
+  for (DType dtype : kStepDTypes) {
+    ForeachList list;
+    batch_by_dtype(
+        tensors, dtype, kMaxForeachTensors,
+        [&](size_t i, int k) {
+          list.data[k] = tensors[i].data_ptr();
+          list.numel[k] = tensors[i].numel();
+        },
+        [&](int count) {
+          list.count = count;
+          lists.emplace_back(list, dtype);
+          list = ForeachList{};
+        });
+  }
+  return lists;
+}
+
+// Two steps, no atomics: every block of every list writes its partial into one workspace, and
+// one block folds the workspace in order into out.
+void foreach_norm_reduce_kernel(const Tensor& out, const std::vector<Tensor>& tensors, double norm_type) {
+  const auto lists = foreach_lists(tensors);
+  if (lists.empty()) return;  // only empty tensors: out keeps its 0
+  int64_t total = 0;
+  for (const auto& [list, dtype] : lists) total += int64_t{list.count} * foreach_norm_blocks(list);
+  const Tensor partials = empty({total}, TensorOptions(kFloat64).device(out.device()));
+  double* next = partials.data_ptr<double>();
+  for (const auto& [list, dtype] : lists) {
+    LOOM_CUDA_CHECK(launch_foreach_norm_partials(list, static_cast<int>(dtype), norm_type, next, nullptr));
+    next += int64_t{list.count} * foreach_norm_blocks(list);
+  }
+  LOOM_CUDA_CHECK(launch_foreach_norm_combine(partials.data_ptr<double>(), total, norm_type,
+                                              out.data_ptr<double>(), nullptr));
+}
+
+void foreach_mul_kernel(const std::vector<Tensor>& tensors, const Tensor& scale) {
+  for (const auto& [list, dtype] : foreach_lists(tensors))
+    LOOM_CUDA_CHECK(launch_foreach_mul(list, static_cast<int>(dtype), scale.data_ptr<double>(), nullptr));
+}
+
+}  // namespace
+
+void register_optim_cuda_kernels() {
+  register_kernel<Op::fused_adam_>(DeviceType::CUDA, fused_adam_kernel);
+  register_kernel<Op::fused_sgd_>(DeviceType::CUDA, fused_sgd_kernel);
+  register_kernel<Op::foreach_norm_reduce>(DeviceType::CUDA, foreach_norm_reduce_kernel);
+  register_kernel<Op::foreach_mul_>(DeviceType::CUDA, foreach_mul_kernel);
+}
+
+}  // namespace loom::cuda
