@@ -44,8 +44,9 @@ struct AdamWOptions {
 // are 0/1). State per parameter: "step" (0-dim int64, on the CPU), "exp_avg", "exp_avg_sq"
 // and, with amsgrad, "max_exp_avg_sq" (the shape of p).
 //
-// CPU parameters with contiguous float32/float64 data are updated by one fused loop, all of
-// them in one parallel range; others (GPU, non-contiguous) by tensor ops. Throws loom::Error
+// Contiguous parameters are updated by the fused_adam_ op (ops/optim_ops.h), once per group and
+// device: on the CPU one fused loop over all of them in one parallel range, on CUDA one launch
+// per 32 parameters; non-contiguous ones by tensor ops. Throws loom::Error
 // on construction (and in step(), for a group edited since) for lr < 0, eps < 0, a beta
 // outside [0, 1) or weight_decay < 0, and in step() for a parameter whose dtype is not
 // float32/float64 or whose gradient's shape, dtype or device differs from it.

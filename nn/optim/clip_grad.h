@@ -22,9 +22,12 @@ namespace loom::nn {
 // torch). Parameters without a gradient are skipped; with none, returns 0. Returns the norm
 // before clipping.
 //
-// CPU gradients with contiguous float32/float64 data are read and scaled in one parallel pass
-// each, summed in float64 per fixed block and then over blocks in order, so the norm does
-// not depend on the thread count; other gradients go through tensor ops.
+// Contiguous gradients are read by foreach_norm_reduce and scaled by foreach_mul_
+// (ops/optim_ops.h), one call per device: on the CPU one parallel pass each, summed in float64
+// per fixed block and then over blocks in order, so the norm does not depend on the thread
+// count; on CUDA a few launches, and when every gradient is on one GPU the clip factor stays on
+// the device and the returned norm is the only value read back. Other gradients go through
+// tensor ops.
 // Throws loom::Error for max_norm < 0, norm_type not > 0 (infinity allowed), a gradient whose
 // dtype is not float32/float64, or — with error_if_nonfinite — a NaN or infinite norm (the
 // gradients are then left unchanged).

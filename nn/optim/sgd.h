@@ -33,8 +33,9 @@ struct SGDOptions {
 // Group options: "lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize" (flags
 // are 0/1). State per parameter: "momentum_buffer" (the shape of p), only with momentum.
 //
-// Parameters on the CPU with contiguous float32/float64 data are updated by one fused loop,
-// all of them in one parallel range; others (GPU, non-contiguous) by tensor ops. Throws
+// Contiguous parameters are updated by the fused_sgd_ op (ops/optim_ops.h), per group and
+// device: on the CPU one fused loop over all of them in one parallel range, on CUDA one launch
+// per 64 parameters; non-contiguous ones by tensor ops. Throws
 // loom::Error on construction for a missing or negative lr, negative momentum, dampening or
 // weight_decay, or nesterov without momentum > 0 and dampening 0 (and in step() when a group
 // has been edited into one of those), and in step() for a parameter whose dtype is not
