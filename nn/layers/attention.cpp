@@ -9,14 +9,15 @@
  *    (view, permute, select) costs far more in backward: each select's gradient is padded to
  *    the full [3, B, H, T, hd] with zeros and the three are summed, 5 passes over 3x the data;
  *  - every product is then one bmm over the B*H heads, k^T read through its strides;
- *  - the [B*H, T, T] scores get one add (the scale is applied to q, the mask is an additive
- *    bias) and the softmax; masked_fill with a broadcast mask was 6x slower than the add;
+ *  - the attention itself is scaled_dot_product_attention (is_causal): on the CPU its [B*H,
+ *    T, T] scores get one add (the scale is applied to q here, the mask is an additive bias)
+ *    and the softmax (masked_fill with a broadcast mask was 6x slower than the add); on CUDA
+ *    it is the fused flash-attention kernel, which never stores the scores;
  *  - the heads are merged by one more copy before proj.
  */
 #include "nn/layers/attention.h"
 
 #include <cmath>
-#include <limits>
 
 #include "nn/layers/repr.h"
 #include "ops/ops.h"
@@ -71,18 +72,15 @@ Tensor CausalSelfAttention::forward(const Tensor& input) {
   Tensor q = project(0).mul(std::pow(static_cast<double>(hd), -0.5));
   Tensor k = project(1), v = project(2);
 
-  // The causal mask as an additive [T, T] bias, 0 on and below the diagonal and -inf above it,
-  // broadcast over the heads: a plain add is several times faster than masked_fill with a
-  // broadcast mask, its backward passes the gradient through untouched, and x + 0 = x and
-  // x + -inf = -inf give exactly masked_fill's scores. The -inf weights become exact zeros in
-  // the softmax; every row keeps its diagonal, so none is all -inf.
-  Tensor allowed = causal.slice(0, 0, t).slice(1, 0, t);
-  Tensor bias = where(allowed, zeros({t, t}, q.options()), -std::numeric_limits<double>::infinity());
-  Tensor att = q.bmm(k.transpose(1, 2)).add(bias).softmax(-1);  // [B*H, T, T]
-  if (dropout_ > 0.0) att = dropout(att, dropout_, is_training());
+  // scaled_dot_product_attention: fused flash attention on CUDA; elsewhere (and with dropout)
+  // the written-out arrangement this layer always used (additive -inf bias above the
+  // diagonal, softmax, dropout of the weights), so CPU training is unchanged. q is already
+  // scaled, hence scale 1.
+  const double attention_dropout = is_training() ? dropout_ : 0.0;
+  Tensor att_v = scaled_dot_product_attention(q, k, v, {}, attention_dropout, /*is_causal=*/true, 1.0);
 
   // [B*H, T, hd] -> [B, T, H, hd] -> [B, T, C]: the heads side by side again (one copy).
-  Tensor y = att.bmm(v).view({b, h, t, hd}).transpose(1, 2).reshape({b, t, c});
+  Tensor y = att_v.view({b, h, t, hd}).transpose(1, 2).reshape({b, t, c});
   y = proj(y);
   if (dropout_ > 0.0) y = dropout(y, dropout_, is_training());
   return y;

@@ -45,7 +45,9 @@ class CausalSelfAttention : public Module {
   // forward() uses its weight and bias in thirds (for speed) rather than calling qkv itself.
   Linear qkv;
   Linear proj;    // [*, d] -> [*, d]: the merged heads back into the residual stream
-  Tensor causal;  // bool [max_context, max_context], lower triangular
+  // bool [max_context, max_context], lower triangular. forward() passes is_causal to
+  // scaled_dot_product_attention instead; the buffer stays for code that reads the mask.
+  Tensor causal;
 
  private:
   int64_t d_model_, n_heads_, max_context_;
