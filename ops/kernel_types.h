@@ -48,6 +48,16 @@ using ArgReduceKernel = void (*)(const Tensor& values, const Tensor& indices, co
 // ---- linear algebra: a [B, M, K], b [B, K, N], out [B, M, N] (all 3-D, any strides, one dtype);
 // bias is undefined or [N], broadcast over rows.
 using MatmulKernel = void (*)(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias);
+// The activation fused into linear_activation (gelu as ops/elementwise.h's, erf or tanh form).
+enum class Activation : int64_t { Relu = 0, Gelu = 1, GeluTanh = 2 };
+// out = activation(a @ b + bias), operands as for matmul; pre_activation (same shape as out, or
+// undefined when the gradient formula does not need it) receives a @ b + bias.
+using LinearActivationKernel = void (*)(const Tensor& out, const Tensor& pre_activation, const Tensor& a,
+                                        const Tensor& b, const Tensor& bias, Activation activation);
+// linear's weight and bias gradients for grad [R, N] and x [R, K] (any strides): grad_weight [N, K] =
+// grad^T x, grad_bias [N] = the column sums of grad (undefined when not wanted).
+using LinearWeightGradKernel = void (*)(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad,
+                                        const Tensor& x);
 
 // ---- convolution and pooling on NCHW tensors
 struct Conv2dParams {

@@ -155,29 +155,100 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   return run_kernel(a, b, Tensor());
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  LOOM_AUTOCAST_LOWER(linear, x, weight, bias);
-  check_operands(x, weight, "linear");
-  LOOM_CHECK(x.dim() >= 1, "linear: expected an input with at least 1 dim, got shape ", x.sizes());
-  LOOM_CHECK(weight.dim() == 2, "linear: expected a 2-D weight [out, in], got shape ", weight.sizes());
+namespace {
+
+void check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::string_view op) {
+  check_operands(x, weight, op);
+  LOOM_CHECK(x.dim() >= 1, op, ": expected an input with at least 1 dim, got shape ", x.sizes());
+  LOOM_CHECK(weight.dim() == 2, op, ": expected a 2-D weight [out, in], got shape ", weight.sizes());
   const int64_t in = weight.size(1), out_features = weight.size(0);
-  LOOM_CHECK(x.size(-1) == in, "linear: input shape ", x.sizes(), " does not match weight shape ",
-             weight.sizes(), " (", x.size(-1), " input features vs ", in, ")");
+  LOOM_CHECK(x.size(-1) == in, op, ": input shape ", x.sizes(), " does not match weight shape ", weight.sizes(),
+             " (", x.size(-1), " input features vs ", in, ")");
   if (bias.defined()) {
-    check_same_device(x, bias, "linear");
-    LOOM_CHECK(bias.dim() == 1 && bias.size(0) == out_features, "linear: expected a bias of shape [",
+    check_same_device(x, bias, op);
+    LOOM_CHECK(bias.dim() == 1 && bias.size(0) == out_features, op, ": expected a bias of shape [",
                out_features, "] for weight shape ", weight.sizes(), ", got ", bias.sizes());
-    LOOM_CHECK(bias.dtype() == x.dtype(), "linear: bias dtype ", bias.dtype(), " differs from input dtype ",
+    LOOM_CHECK(bias.dtype() == x.dtype(), op, ": bias dtype ", bias.dtype(), " differs from input dtype ",
                x.dtype());
   }
+}
+
+// weight [out, in] as the [1, in, out] right operand W^T, read in place.
+Tensor weight_t_3d(const Tensor& weight) {
+  const int64_t in = weight.size(1), out_features = weight.size(0);
+  return make_view(weight, {1, in, out_features}, {in * out_features, weight.stride(1), weight.stride(0)},
+                   weight.storage_offset());
+}
+
+DimVector linear_shape(const Tensor& x, const Tensor& weight) {
+  DimVector shape(x.sizes());
+  shape.back() = weight.size(0);
+  return shape;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  LOOM_AUTOCAST_LOWER(linear, x, weight, bias);
+  check_linear(x, weight, bias, "linear");
   if (should_record(x, weight, bias))
     return recorded<Op::matmul>({x, weight, bias}, MatmulAttrs{true},
                                 [&] { return linear(x, weight, bias); });
-  DimVector result_shape(x.sizes());
-  result_shape.back() = out_features;
-  Tensor w_t = make_view(weight, {1, in, out_features},
-                         {in * out_features, weight.stride(1), weight.stride(0)}, weight.storage_offset());
-  return run_kernel(rows_3d(x), w_t, bias).view(result_shape);
+  return run_kernel(rows_3d(x), weight_t_3d(weight), bias).view(linear_shape(x, weight));
+}
+
+std::pair<Tensor, Tensor> linear_activation_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                                    Activation activation) {
+  LOOM_AUTOCAST_LOWER(linear_activation_forward, x, weight, bias, activation);
+  check_linear(x, weight, bias, "linear_activation");
+  LOOM_CHECK(activation == Activation::Relu || activation == Activation::Gelu ||
+                 activation == Activation::GeluTanh,
+             "linear_activation: unknown activation ", static_cast<int64_t>(activation));
+  if (should_record(x, weight, bias)) {
+    std::pair<Tensor, Tensor> r;
+    {
+      AutoGradMode below_autograd(false);
+      r = linear_activation_forward(x, weight, bias, activation);
+    }
+    if (r.second.defined())
+      record<Op::linear_activation>({x, weight, bias}, {r.first, r.second}, LinearActivationAttrs{activation});
+    else
+      record<Op::linear_activation>({x, weight, bias}, {r.first}, LinearActivationAttrs{activation});
+    return r;
+  }
+  Tensor a3 = rows_3d(x), b3 = weight_t_3d(weight);
+  Tensor out = empty({1, a3.size(1), weight.size(0)}, x.options());
+  // relu's gradient reads the output; the GELUs' read the pre-activation.
+  Tensor pre = activation == Activation::Relu ? Tensor() : empty(out.sizes(), out.options());
+  if (out.numel() > 0) get_kernel<Op::linear_activation>(x.device())(out, pre, a3, b3, bias, activation);
+  const DimVector shape = linear_shape(x, weight);
+  return {out.view(shape), pre.defined() ? pre.view(shape) : Tensor()};
+}
+
+Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation) {
+  return linear_activation_forward(x, weight, bias, activation).first;
+}
+
+std::pair<Tensor, Tensor> linear_weight_grad(const Tensor& grad, const Tensor& x, bool with_bias) {
+  check_operands(grad, x, "linear_weight_grad");
+  LOOM_CHECK(grad.dim() == 2 && x.dim() == 2 && grad.size(0) == x.size(0),
+             "linear_weight_grad: expected grad [R, out] and x [R, in] with the same rows, got shapes ",
+             grad.sizes(), " and ", x.sizes());
+  if (should_record(grad, x)) {
+    std::pair<Tensor, Tensor> r;
+    {
+      AutoGradMode below_autograd(false);
+      r = linear_weight_grad(grad, x, with_bias);
+    }
+    // Without the bias there is one output (an undefined second one would get a zero gradient).
+    if (with_bias) record<Op::linear_weight_grad>({grad, x}, {r.first, r.second}, NoAttrs{});
+    else record<Op::linear_weight_grad>({grad, x}, {r.first}, NoAttrs{});
+    return r;
+  }
+  Tensor grad_weight = empty({grad.size(1), x.size(1)}, x.options());
+  Tensor grad_bias = with_bias ? empty({grad.size(1)}, x.options()) : Tensor();
+  get_kernel<Op::linear_weight_grad>(x.device())(grad_weight, grad_bias, grad, x);
+  return {grad_weight, grad_bias};
 }
 
 // ---- Tensor methods ------------------------------------------------------------------------

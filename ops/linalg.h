@@ -6,7 +6,10 @@
  */
 #pragma once
 
+#include <utility>
+
 #include "core/tensor.h"
+#include "ops/kernel_types.h"
 
 namespace loom {
 
@@ -15,6 +18,19 @@ Tensor mm(const Tensor& a, const Tensor& b);   // [M, K] x [K, N] -> [M, N]
 Tensor bmm(const Tensor& a, const Tensor& b);  // [B, M, K] x [B, K, N] -> [B, M, N]
 // x [*, in] , weight [out, in], bias undefined or [out] -> [*, out]  (x W^T + b)
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+// activation(linear(x, weight, bias)), one op: x [*, in], weight [out, in], bias undefined or
+// [out] -> [*, out]. On the CPU the numbers are exactly linear's followed by relu / gelu (erf) /
+// gelu(tanh); on CUDA the activation runs in cuBLASLt's epilogue (RELU_BIAS, GELU_AUX_BIAS: the
+// tanh GELU only, which is cuBLASLt's) and the erf GELU after the GEMM. Throws as linear does.
+Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation);
+// linear_activation and its pre-activation x W^T + b (undefined for relu, whose gradient reads
+// the output): what autograd records.
+std::pair<Tensor, Tensor> linear_activation_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                                    Activation activation);
+// linear's weight and bias gradients in one op: grad [R, out], x [R, in] (same dtype and device)
+// -> (grad^T x [out, in], the column sums of grad [out], undefined unless with_bias). On CUDA
+// the bias gradient comes from the GEMM's BGRADB epilogue.
+std::pair<Tensor, Tensor> linear_weight_grad(const Tensor& grad, const Tensor& x, bool with_bias);
 
 namespace cuda {
 // Whether float32 matmuls on CUDA may use TF32 (inputs rounded to a 10-bit mantissa, float

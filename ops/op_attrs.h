@@ -75,6 +75,10 @@ struct MatmulAttrs {
   bool linear = false;
 };
 
+struct LinearActivationAttrs {
+  Activation activation = Activation::Relu;
+};
+
 struct BatchNormAttrs {
   bool training = true;
   double eps = 1e-5;

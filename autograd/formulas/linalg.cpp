@@ -3,7 +3,10 @@
  * torch.matmul's semantics) and for linear (inputs x, weight, bias; out = x W^T + b). The
  * gradients are matmuls themselves, so they are differentiable again (create_graph).
  */
+#include <array>
+
 #include "autograd/formulas/formulas.h"
+#include "ops/autocast.h"
 
 namespace loom::autograd {
 
@@ -38,14 +41,23 @@ Grads matmul_grad(const GradContext<MatmulAttrs>& c, const Tensor& grad) {
 }
 
 // out = x W^T + b, x [*, in], W [out, in]: grad_x = g W, grad_W = g^T x and grad_b = sum of g,
-// both over all leading dims at once.
-Grads linear_grad(const GradContext<MatmulAttrs>& c, const Tensor& grad) {
-  const int64_t out_features = c.input_sizes(1)[0], in_features = c.input_sizes(1)[1];
+// both over all leading dims at once; the latter two in one op (linear_weight_grad, whose CUDA
+// kernel sums the bias gradient in the GEMM's epilogue) unless autocast would have lowered the
+// GEMM or the dtypes differ, where the separate ops keep what autocast does.
+Grads linear_grads(const Tensor& x, const Tensor& weight, const std::array<bool, 3>& needs, const Tensor& grad) {
+  const int64_t out_features = weight.size(0), in_features = weight.size(1);
   Tensor g2 = grad.reshape({-1, out_features});
-  auto grad_weight = [&] { return matmul(g2.t(), c.input(0).reshape({-1, in_features})); };
-  return Grads{if_needed(c.needs_grad(0), [&] { return matmul(grad, c.input(1)); }),
-               if_needed(c.needs_grad(1), grad_weight),
-               if_needed(c.needs_grad(2), [&] { return g2.sum({0}); })};
+  Tensor grad_x = if_needed(needs[0], [&] { return matmul(grad, weight); });
+  if (needs[1] && g2.dtype() == x.dtype() && !autocast_active(g2)) {
+    auto [grad_weight, grad_bias] = linear_weight_grad(g2, x.reshape({-1, in_features}), needs[2]);
+    return Grads{grad_x, grad_weight, grad_bias};
+  }
+  auto grad_weight = [&] { return matmul(g2.t(), x.reshape({-1, in_features})); };
+  return Grads{grad_x, if_needed(needs[1], grad_weight), if_needed(needs[2], [&] { return g2.sum({0}); })};
+}
+
+Grads linear_grad(const GradContext<MatmulAttrs>& c, const Tensor& grad) {
+  return linear_grads(c.input(0), c.input(1), {c.needs_grad(0), c.needs_grad(1), c.needs_grad(2)}, grad);
 }
 
 }  // namespace
@@ -53,6 +65,29 @@ Grads linear_grad(const GradContext<MatmulAttrs>& c, const Tensor& grad) {
 void register_linalg_formulas() {
   define_formula<Op::matmul>(Save{.inputs = 0b11}, [](const GradContext<MatmulAttrs>& c, const Grads& g) {
     return c.attrs().linear ? linear_grad(c, g[0]) : matmul_grad(c, g[0]);
+  });
+  // out = act(h), h = x W^T + b (output 1, kept for the GELUs): grad_h as the activation's own
+  // formula computes it, then linear's gradients.
+  define_formula<Op::linear_activation>(
+      Save{.inputs = 0b11, .outputs = 0b11}, [](const GradContext<LinearActivationAttrs>& c, const Grads& g) {
+        const Activation act = c.attrs().activation;
+        Tensor grad_h = act == Activation::Relu
+                            ? where(c.output(0).gt(0), g[0], 0.0)
+                            : gelu_backward(g[0], c.output(1), act == Activation::GeluTanh ? "tanh" : "none");
+        return linear_grads(c.input(0), c.input(1), {c.needs_grad(0), c.needs_grad(1), c.needs_grad(2)}, grad_h);
+      });
+  // (grad_weight, grad_bias) = (grad^T x, column sums of grad): d grad = x gw^T + gb (broadcast
+  // over the rows), d x = grad gw.
+  define_formula<Op::linear_weight_grad>(Save{.inputs = 0b11}, [](const GradContext<NoAttrs>& c, const Grads& g) {
+    Tensor grad = c.input(0), x = c.input(1);
+    Tensor gw = g[0], gb = g.size() > 1 ? g[1] : Tensor();
+    Tensor d_grad = if_needed(c.needs_grad(0), [&] {
+      Tensor r = gw.defined() ? matmul(x, gw.t()) : Tensor();
+      if (gb.defined()) r = r.defined() ? r + gb : gb.unsqueeze(0).expand(grad.sizes()).contiguous();
+      return r;
+    });
+    Tensor d_x = if_needed(c.needs_grad(1), [&] { return gw.defined() ? matmul(grad, gw) : Tensor(); });
+    return Grads{d_grad, d_x};
   });
 }
 

@@ -9,6 +9,8 @@
  *    result rounded back (PyTorch's CPU half matmul also accumulates in f32).
  *  - f64 and integers: Eigen's GEMM (blocked, vectorised, OpenMP-parallel), one batch at a time,
  *    or batches in parallel when the matrices are small. Integers wrap around like PyTorch's.
+ * linear_activation and linear_weight_grad are the unfused computations, op for op, so that CPU
+ * results do not depend on whether a model uses the fused ops.
  */
 #include <Eigen/Core>
 
@@ -18,6 +20,8 @@
 #include "ops/cpu/onednn_utils.h"
 #include "ops/cpu/parallel_grain.h"
 #include "ops/dispatch.h"
+#include "ops/elementwise.h"
+#include "ops/reduction.h"
 #include "ops/view_ops.h"
 
 namespace loom::cpu {
@@ -185,10 +189,28 @@ void matmul_kernel(const Tensor& out, const Tensor& a, const Tensor& b, const Te
   }
 }
 
+// Exactly linear followed by the activation op, so that fusing a model's Linear and activation
+// does not change a CPU result: the matmul kernel, then relu / gelu as the public ops compute them.
+void linear_activation_kernel(const Tensor& out, const Tensor& pre, const Tensor& a, const Tensor& b,
+                              const Tensor& bias, Activation activation) {
+  Tensor h = pre.defined() ? pre : empty(out.sizes(), out.options());
+  matmul_kernel(h, a, b, bias);
+  copy_(out, activation == Activation::Relu ? relu(h) : gelu(h, activation == Activation::GeluTanh ? "tanh" : "none"));
+}
+
+// Exactly linear's unfused gradients: matmul(grad^T, x) and grad.sum({0}).
+void linear_weight_grad_kernel(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad,
+                               const Tensor& x) {
+  if (grad_weight.numel() > 0) matmul_kernel(grad_weight.unsqueeze(0), grad.t().unsqueeze(0), x.unsqueeze(0), Tensor());
+  if (grad_bias.defined()) copy_(grad_bias, sum(grad, {0}));
+}
+
 }  // namespace
 
 void register_linalg_kernels() {
   register_kernel<Op::matmul>(DeviceType::CPU, matmul_kernel);
+  register_kernel<Op::linear_activation>(DeviceType::CPU, linear_activation_kernel);
+  register_kernel<Op::linear_weight_grad>(DeviceType::CPU, linear_weight_grad_kernel);
 }
 
 }  // namespace loom::cpu

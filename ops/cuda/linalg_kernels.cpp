@@ -12,17 +12,25 @@
  * batch) stays stride 0, which strided batched GEMM allows. out is written in place when it is
  * row-major with unit column stride and distinct batches; otherwise into a temporary, then copied.
  *
- * Bias: copied (broadcast) into the output first and added by the GEMM with beta = 1, so the sum
- * a b + bias is formed in the compute type and rounded to a 16-bit output once, as the CPU kernel's
- * fused bias does; no extra kernel is needed.
+ * Bias: cuBLASLt's BIAS epilogue (ops/cuda/blas_lt.h) adds it inside the GEMM, before the one
+ * rounding to the output type, as the CPU kernel's fused bias does. Where cuBLASLt has no
+ * algorithm, the bias is copied (broadcast) into the output and the GEMM adds to it (beta = 1).
+ *
+ * linear_activation: the same GEMM with cuBLASLt's RELU_BIAS or GELU_AUX_BIAS epilogue (the
+ * GELU input kept as the pre-activation for backward); cuBLASLt's GELU is the tanh form, so the
+ * erf GELU, and any problem cuBLASLt has no algorithm for, runs the GEMM and then the activation
+ * kernel. linear_weight_grad: grad^T x with the BGRADB epilogue summing grad for the bias.
  */
 #include <algorithm>
 #include <optional>
 
 #include "ops/copy_ops.h"
 #include "ops/cuda/blas.h"
+#include "ops/cuda/blas_lt.h"
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/dispatch.h"
+#include "ops/elementwise.h"
+#include "ops/reduction.h"
 
 namespace loom::cuda {
 
@@ -68,41 +76,165 @@ Operand prepare(const Tensor& x) {
   return Operand{t, *layout, broadcast ? 0 : t.stride(0)};
 }
 
-void matmul_kernel(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
-  if (out.numel() == 0) return;
-  const DType dtype = out.dtype();
-  LOOM_CHECK(is_floating(dtype),
-             "matmul: CUDA supports float32, float64, float16 and bfloat16 (cuBLAS has no ", dtype,
-             " GEMM), got operands ", a.sizes(), " and ", b.sizes(), " of dtype ", dtype);
-  const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
+void check_gemm_dtype(std::string_view op, const Tensor& out, const Tensor& a, const Tensor& b) {
+  LOOM_CHECK(is_floating(out.dtype()), op,
+             ": CUDA supports float32, float64, float16 and bfloat16 (cuBLAS has no ", out.dtype(),
+             " GEMM), got operands ", a.sizes(), " and ", b.sizes(), " of dtype ", out.dtype());
+}
 
-  // out^T (N x M column-major) must be writable directly: unit column stride, ld = row stride.
-  const bool out_direct = (out.stride(2) == 1 || n <= 1) &&
-                          (m <= 1 || out.stride(1) >= std::max<int64_t>(1, n)) &&
-                          (batch <= 1 || out.stride(0) != 0);
-  Tensor c = out_direct ? out : empty(out.sizes(), out.options());
-  const int64_t ldc = m <= 1 ? std::max<int64_t>(1, n) : c.stride(1);
-  const int64_t stride_c = batch <= 1 ? 0 : c.stride(0);
+// out [B, M, N] = a [B, M, K] @ b [B, K, N] in cuBLAS's terms: out^T = b^T a^T, m = N, n = M.
+struct RowMajorGemm {
+  Tensor c;  // where the GEMM writes: out, or a row-major temporary when out's strides do not fit
+  bool direct = true;
+  LtGemm lt;
 
-  if (bias.defined()) {
-    copy_(c, bias);  // broadcast over batches and rows; the GEMM adds to it (beta = 1)
-  } else if (k == 0) {
-    fill_(c, 0);
-  }
-  if (k > 0) {
+  RowMajorGemm(const Tensor& out, const Tensor& a, const Tensor& b) {
+    const int64_t batch = out.size(0), m = out.size(1), n = out.size(2);
+    // out^T (N x M column-major) must be writable directly: unit column stride, ld = row stride.
+    direct = (out.stride(2) == 1 || n <= 1) && (m <= 1 || out.stride(1) >= std::max<int64_t>(1, n)) &&
+             (batch <= 1 || out.stride(0) != 0);
+    c = direct ? out : empty(out.sizes(), out.options());
     const Operand A = prepare(b);  // cuBLAS's A: op(A) = b^T, N x K
     const Operand B = prepare(a);  // cuBLAS's B: op(B) = a^T, K x M
-    gemm_strided_batched(A.layout.op, B.layout.op, n, m, k, 1.0, A.t.data_ptr(), A.layout.ld, A.batch_stride,
-                         B.t.data_ptr(), B.layout.ld, B.batch_stride, bias.defined() ? 1.0 : 0.0,
-                         c.data_ptr(), ldc, stride_c, batch, dtype, nullptr);
+    keep_a_ = A.t;
+    keep_b_ = B.t;
+    lt.transa = A.layout.op;
+    lt.transb = B.layout.op;
+    lt.m = n;
+    lt.n = m;
+    lt.k = a.size(2);
+    lt.a = A.t.data_ptr();
+    lt.lda = A.layout.ld;
+    lt.stride_a = A.batch_stride;
+    lt.b = B.t.data_ptr();
+    lt.ldb = B.layout.ld;
+    lt.stride_b = B.batch_stride;
+    lt.d = c.data_ptr();
+    lt.ldd = m <= 1 ? std::max<int64_t>(1, n) : c.stride(1);
+    lt.stride_d = batch <= 1 ? 0 : c.stride(0);
+    lt.batch = batch;
+    lt.dtype = out.dtype();
   }
-  if (!out_direct) copy_(out, c);
+
+  // cuBLAS's GEMM, C = op(A) op(B) + beta C.
+  void gemm(double beta) const {
+    gemm_strided_batched(lt.transa, lt.transb, lt.m, lt.n, lt.k, 1.0, lt.a, lt.lda, lt.stride_a, lt.b, lt.ldb,
+                         lt.stride_b, beta, lt.d, lt.ldd, lt.stride_d, lt.batch, lt.dtype, nullptr);
+  }
+
+  void finish(const Tensor& out) const {
+    if (!direct) copy_(out, c);
+  }
+
+ private:
+  Tensor keep_a_, keep_b_;  // the operands (or their copies) that lt points into
+};
+
+// out = a @ b + bias, through cuBLASLt's BIAS epilogue when it has an algorithm, else cuBLAS.
+void gemm_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
+  RowMajorGemm g(out, a, b);
+  if (g.lt.k == 0) {  // an empty sum: the bias alone, or zeros
+    if (bias.defined()) copy_(g.c, bias);
+    else fill_(g.c, 0);
+  } else if (bias.defined()) {
+    Tensor packed = contiguous(bias);  // cuBLASLt reads the bias vector with unit stride
+    g.lt.epilogue = LtEpilogue::kBias;
+    g.lt.bias = packed.data_ptr();
+    if (!lt_matmul(g.lt)) {
+      copy_(g.c, bias);  // broadcast over batches and rows; the GEMM adds to it (beta = 1)
+      g.gemm(1.0);
+    }
+  } else {
+    g.gemm(0.0);
+  }
+  g.finish(out);
+}
+
+void matmul_kernel(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
+  if (out.numel() == 0) return;
+  check_gemm_dtype("matmul", out, a, b);
+  gemm_bias(out, a, b, bias);
+}
+
+void apply_activation(const Tensor& out, const Tensor& pre, Activation activation) {
+  if (activation == Activation::Relu) get_kernel<Op::relu>(DeviceType::CUDA)(out, pre);
+  else get_kernel<Op::gelu>(DeviceType::CUDA)(out, pre, activation == Activation::GeluTanh);
+}
+
+// out = activation(a @ b + bias); pre (when defined) = a @ b + bias. The ops layer allocates out
+// and pre contiguous.
+void linear_activation_kernel(const Tensor& out, const Tensor& pre, const Tensor& a, const Tensor& b,
+                              const Tensor& bias, Activation activation) {
+  if (out.numel() == 0) return;
+  check_gemm_dtype("linear_activation", out, a, b);
+  const int64_t n = out.size(2);
+  // cuBLASLt's aux matrix (the GELU input) needs a leading dimension that is a multiple of 8.
+  const bool fusable = activation == Activation::Relu ||
+                       (activation == Activation::GeluTanh && (!pre.defined() || n % 8 == 0));
+  if (fusable && a.size(2) > 0) {
+    RowMajorGemm g(out, a, b);
+    Tensor packed = bias.defined() ? contiguous(bias) : Tensor();
+    g.lt.epilogue = activation == Activation::Relu ? LtEpilogue::kReluBias : LtEpilogue::kGeluTanhBias;
+    g.lt.bias = packed.defined() ? packed.data_ptr() : nullptr;
+    if (activation == Activation::GeluTanh && pre.defined()) {
+      g.lt.aux = pre.data_ptr();
+      g.lt.aux_ld = n;
+      g.lt.aux_stride = out.size(0) <= 1 ? 0 : out.size(1) * n;
+    }
+    if (g.direct && lt_matmul(g.lt)) return;
+  }
+  Tensor h = pre.defined() ? pre : empty(out.sizes(), out.options());
+  gemm_bias(h, a, b, bias);
+  apply_activation(out, h, activation);
+}
+
+// grad_weight [N, K] = grad [R, N]^T x [R, K]; grad_bias [N] = the column sums of grad.
+// In cuBLAS's terms grad_weight^T (K x N) = op(A) op(B) with op(A) = x^T, op(B) = grad, so
+// BGRADB's sums of op(B) over k are the bias gradient.
+void linear_weight_grad_kernel(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad,
+                               const Tensor& x) {
+  if (grad_weight.numel() == 0 && (!grad_bias.defined() || grad_bias.numel() == 0)) return;
+  check_gemm_dtype("linear_weight_grad", grad_weight, grad, x);
+  const int64_t r = grad.size(0), n = grad.size(1), k = x.size(1);
+  if (r > 0 && grad_weight.numel() > 0) {
+    // grad_weight^T as cuBLAS's D: K x N column-major, ld = grad_weight's row stride (contiguous).
+    const Operand X = prepare(x.unsqueeze(0));     // op(stored) = x^T, K x R
+    const Operand G = prepare(grad.unsqueeze(0));  // op(stored) = grad^T: flip it to read grad
+    LtGemm lt;
+    lt.transa = X.layout.op;
+    lt.transb = G.layout.op == BlasOp::kN ? BlasOp::kT : BlasOp::kN;
+    lt.m = k;
+    lt.n = n;
+    lt.k = r;
+    lt.a = X.t.data_ptr();
+    lt.lda = X.layout.ld;
+    lt.b = G.t.data_ptr();
+    lt.ldb = G.layout.ld;
+    lt.d = grad_weight.data_ptr();
+    lt.ldd = std::max<int64_t>(1, k);
+    lt.dtype = grad_weight.dtype();
+    if (grad_bias.defined()) {
+      lt.epilogue = LtEpilogue::kBiasGradB;
+      lt.bias = grad_bias.data_ptr();
+      if (lt_matmul(lt)) return;
+      lt.epilogue = LtEpilogue::kNone;
+      lt.bias = nullptr;
+    }
+    if (!lt_matmul(lt))
+      gemm_strided_batched(lt.transa, lt.transb, k, n, r, 1.0, lt.a, lt.lda, 0, lt.b, lt.ldb, 0, 0.0, lt.d,
+                           lt.ldd, 0, 1, lt.dtype, nullptr);
+  } else if (grad_weight.numel() > 0) {
+    fill_(grad_weight, 0);
+  }
+  if (grad_bias.defined()) copy_(grad_bias, sum(grad, {0}));
 }
 
 }  // namespace
 
 void register_linalg_cuda_kernels() {
   register_kernel<Op::matmul>(DeviceType::CUDA, matmul_kernel);
+  register_kernel<Op::linear_activation>(DeviceType::CUDA, linear_activation_kernel);
+  register_kernel<Op::linear_weight_grad>(DeviceType::CUDA, linear_weight_grad_kernel);
 }
 
 }  // namespace loom::cuda

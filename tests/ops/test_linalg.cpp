@@ -233,3 +233,59 @@ TEST_CASE("matmul family: bad inputs throw loom::Error naming the op and shapes"
                        doctest::Contains("linear: expected a bias of shape [3]"), Error);
   CHECK_THROWS_WITH_AS(matmul(a.to(kBool), b.to(kBool)), doctest::Contains("bool"), Error);
 }
+
+TEST_CASE("linear_activation: relu / gelu / tanh gelu of x W^T + b against float64, bit-equal to the unfused ops") {
+  auto relu_ref = [](double h) { return h > 0 ? h : 0.0; };
+  auto gelu_ref = [](double h) { return 0.5 * h * (1.0 + std::erf(h / std::sqrt(2.0))); };
+  auto gelu_tanh_ref = [](double h) {
+    return 0.5 * h * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (h + 0.044715 * h * h * h)));
+  };
+  Tensor x = grid({2, 3, 10}, kFloat64, 50), w = grid({7, 10}, kFloat64, 51), bias = grid({7}, kFloat64, 52);
+  std::vector<double> h = ref_mm(x.reshape({6, 10}), w.t().contiguous());
+  auto bv = bias.to_vector<double>();
+  for (size_t i = 0; i < h.size(); ++i) h[i] += bv[i % 7];
+  for (auto [act, f] : {std::pair<Activation, double (*)(double)>{Activation::Relu, +relu_ref},
+                        {Activation::Gelu, +gelu_ref},
+                        {Activation::GeluTanh, +gelu_tanh_ref}}) {
+    CAPTURE(static_cast<int>(act));
+    std::vector<double> ref(h.size());
+    for (size_t i = 0; i < h.size(); ++i) ref[i] = f(h[i]);
+    check_close(linear_activation(x, w, bias, act), ref, {2, 3, 7});
+    // Every dtype gives exactly linear followed by the activation op (what fusing a model relies on);
+    // a non-contiguous input and no bias included.
+    for (DType t : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
+      CAPTURE(t);
+      Tensor xt = x.to(t), wt = w.to(t), bt = bias.to(t);
+      Tensor unfused = act == Activation::Relu ? relu(linear(xt, wt, bt))
+                                               : gelu(linear(xt, wt, bt), act == Activation::Gelu ? "none" : "tanh");
+      CHECK(equal(linear_activation(xt, wt, bt, act), unfused));
+      Tensor xs = xt.transpose(0, 1);
+      Tensor unfused_nb = act == Activation::Relu ? relu(linear(xs, wt)) : gelu(linear(xs, wt), act == Activation::Gelu ? "none" : "tanh");
+      CHECK(equal(linear_activation(xs, wt, Tensor(), act), unfused_nb));
+    }
+  }
+  CHECK_THROWS_WITH_AS(linear_activation(grid({4, 6}, kFloat32, 1), grid({3, 5}, kFloat32, 2), Tensor(), Activation::Relu),
+                       doctest::Contains("linear_activation: input shape [4, 6] does not match weight shape [3, 5]"),
+                       Error);
+  CHECK_THROWS_WITH_AS(linear_activation(grid({4, 5}, kFloat32, 1), grid({3, 5}, kFloat32, 2), grid({4}, kFloat32, 3),
+                                         Activation::GeluTanh),
+                       doctest::Contains("linear_activation: expected a bias of shape [3]"), Error);
+}
+
+TEST_CASE("linear_weight_grad: grad^T x and the column sums of grad against float64") {
+  for (DType t : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
+    CAPTURE(t);
+    Tensor g = grid({6, 4}, t, 53), x = grid({10, 6}, t, 54).t();  // x [6, 10], non-contiguous
+    auto [gw, gb] = linear_weight_grad(g, x, true);
+    check_close(gw, ref_mm(g.t().contiguous(), x.contiguous()), {4, 10});
+    std::vector<double> gv = g.to_vector<double>(), sums(4, 0.0);
+    for (size_t i = 0; i < gv.size(); ++i) sums[i % 4] += gv[i];
+    check_close(gb, sums, {4});
+    auto [gw2, none] = linear_weight_grad(g, x, false);
+    CHECK(equal(gw2, gw));
+    CHECK_FALSE(none.defined());
+  }
+  CHECK_THROWS_WITH_AS(linear_weight_grad(grid({6, 4}, kFloat32, 1), grid({5, 3}, kFloat32, 2), true),
+                       doctest::Contains("linear_weight_grad: expected grad [R, out] and x [R, in] with the same rows"),
+                       Error);
+}

@@ -34,6 +34,7 @@
 #include <cstring>
 
 #include "core/cuda/emulated/device_memory.h"
+#include "core/cuda/emulated/element_io.h"
 #include "core/error.h"
 #include "core/half_bits.h"
 
@@ -48,52 +49,10 @@ using loom::detail::bf16_bits_to_float;
 using loom::detail::float_to_bf16_bits;
 using loom::detail::float_to_half_bits;
 using loom::detail::half_bits_to_float;
-
-bool known_type(cudaDataType t) {
-  return t == CUDA_R_32F || t == CUDA_R_64F || t == CUDA_R_16F || t == CUDA_R_16BF;
-}
-
-size_t type_size(cudaDataType t) {
-  switch (t) {
-    case CUDA_R_64F:
-      return 8;
-    case CUDA_R_32F:
-      return 4;
-    default:
-      return 2;
-  }
-}
-
-double load(cudaDataType t, const void* p, int64_t i) {
-  switch (t) {
-    case CUDA_R_32F:
-      return static_cast<const float*>(p)[i];
-    case CUDA_R_64F:
-      return static_cast<const double*>(p)[i];
-    case CUDA_R_16F:
-      return half_bits_to_float(static_cast<const uint16_t*>(p)[i]);
-    case CUDA_R_16BF:
-      return bf16_bits_to_float(static_cast<const uint16_t*>(p)[i]);
-  }
-  return 0;
-}
-
-void store(cudaDataType t, void* p, int64_t i, double v) {
-  switch (t) {
-    case CUDA_R_32F:
-      static_cast<float*>(p)[i] = static_cast<float>(v);
-      break;
-    case CUDA_R_64F:
-      static_cast<double*>(p)[i] = v;
-      break;
-    case CUDA_R_16F:
-      static_cast<uint16_t*>(p)[i] = float_to_half_bits(static_cast<float>(v));
-      break;
-    case CUDA_R_16BF:
-      static_cast<uint16_t*>(p)[i] = float_to_bf16_bits(static_cast<float>(v));
-      break;
-  }
-}
+using loom_emu::known_type;
+using loom_emu::load;
+using loom_emu::store;
+using loom_emu::type_size;
 
 float round_tf32(float f) {
   if (!std::isfinite(f)) return f;

@@ -1,7 +1,8 @@
 /*
  * Gradcheck cases of matmul (which mm, bmm and linear record): every operand rank torch.matmul
  * takes, batch broadcasting, non-contiguous operands, linear with and without bias and with 1-D
- * and 3-D inputs, and second order.
+ * and 3-D inputs, and second order; linear_activation (each activation, with and without bias)
+ * and linear_weight_grad, which linear's formula calls.
  */
 #include "tests/autograd/cases/gradcheck_case.h"
 
@@ -54,6 +55,26 @@ namespace loom::test {
     {Op::matmul, "linear of a non-contiguous 3-D input, bias broadcast by a view",
      [] { return inputs(leaf({3, 2, 4}, 238), leaf({2, 4}, 239), leaf({1, 2}, 240)); },
      [](const Inputs& x) { return outputs(linear(x[0].transpose(0, 1), x[1], x[2].view({2}))); }},
+    {Op::linear_activation, "linear_activation relu of a 3-D input with bias",
+     [] { return inputs(leaf({2, 3, 4}, 241), leaf({3, 4}, 242), leaf({3}, 243)); },
+     [](const Inputs& x) { return outputs(linear_activation(x[0], x[1], x[2], Activation::Relu)); }},
+    {Op::linear_activation, "linear_activation gelu (erf) with bias, second order",
+     [] { return inputs(leaf({3, 4}, 244), leaf({2, 4}, 245), leaf({2}, 246)); },
+     [](const Inputs& x) { return outputs(linear_activation(x[0], x[1], x[2], Activation::Gelu)); }, kSecondOrder},
+    {Op::linear_activation, "linear_activation tanh gelu without bias, second order",
+     [] { return inputs(leaf({2, 3, 4}, 247), leaf({3, 4}, 248)); },
+     [](const Inputs& x) { return outputs(linear_activation(x[0], x[1], Tensor(), Activation::GeluTanh)); },
+     kSecondOrder},
+    {Op::linear_weight_grad, "linear_weight_grad with the bias gradient, second order",
+     [] { return inputs(leaf({5, 3}, 249), leaf({5, 4}, 250)); },
+     [](const Inputs& x) {
+       auto [gw, gb] = linear_weight_grad(x[0], x[1], true);
+       return outputs(gw, gb);
+     },
+     kSecondOrder},
+    {Op::linear_weight_grad, "linear_weight_grad without the bias gradient",
+     [] { return inputs(leaf({5, 3}, 251), leaf({5, 4}, 252)); },
+     [](const Inputs& x) { return outputs(linear_weight_grad(x[0], x[1], false).first); }},
 }};
 
 }  // namespace loom::test

@@ -1,0 +1,456 @@
+/*
+ * Emulated cuBLASLt (see cublasLt.h), written from the cuBLASLt documentation.
+ *
+ * cublasLtMatmul computes D = epilogue(alpha * op(A) op(B) + beta * C) for column-major layouts:
+ *  - the product is cublasGemmStridedBatchedEx's reference GEMM (cublas.cpp) into an accumulator
+ *    of the compute type (float, or double for 64F), so Lt and plain cuBLAS agree bit for bit;
+ *  - the epilogue then runs on that accumulator, before the single rounding to D's type:
+ *    BIAS adds bias[row] (the vector has D's rows, packed), RELU is max(x, 0), GELU is the tanh
+ *    approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GELU_AUX stores the GELU
+ *    input (after the bias) to the aux matrix; BGRADA / BGRADB store the sums of op(A) over k
+ *    (one per row of D) / of op(B) over k (one per column of D) to the bias pointer;
+ *  - the accumulator lives in the workspace when the heuristic's algorithm asked for one (it
+ *    asks when the preference's MAX_WORKSPACE_BYTES allows), else in a temporary allocation.
+ * Rejected as cuBLASLt rejects them: a null handle (CUBLAS_STATUS_NOT_INITIALIZED); null
+ * descriptors, pointers or scalars, a leading dimension below the rows, layouts whose sizes do
+ * not make op(A) m x k, op(B) k x n and C, D m x n, differing batch counts, a missing bias or aux
+ * pointer, an aux leading dimension below D's rows or not a multiple of 8, a workspace smaller
+ * than the algorithm's (CUBLAS_STATUS_INVALID_VALUE); a type combination outside the table, a
+ * bias or aux type the epilogue does not take (CUBLAS_STATUS_NOT_SUPPORTED, and no algorithm
+ * from the heuristic). Emulator limits, also CUBLAS_STATUS_NOT_SUPPORTED: row-major order and
+ * the bit-mask (RELU_AUX, DRELU) and DGELU epilogues, which Loom does not use.
+ */
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/cuda/emulated/device_memory.h"
+#include "core/cuda/emulated/element_io.h"
+#include "core/error.h"
+
+struct cublasLtContext {
+  cublasHandle_t blas = nullptr;  // the reference GEMM
+};
+
+struct cublasLtMatmulDescOpaque_t {
+  int32_t compute = CUBLAS_COMPUTE_32F;
+  int32_t scale = CUDA_R_32F;
+  int32_t pointer_mode = CUBLASLT_POINTER_MODE_HOST;
+  int32_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
+  uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  void* bias = nullptr;
+  int64_t bias_batch_stride = 0;
+  void* aux = nullptr;
+  int64_t aux_ld = 0, aux_batch_stride = 0;
+  int32_t aux_type = -1, bias_type = -1;  // -1: D's type
+};
+
+struct cublasLtMatrixLayoutOpaque_t {
+  uint32_t type = CUDA_R_32F;
+  int32_t order = CUBLASLT_ORDER_COL;
+  uint64_t rows = 0, cols = 0;
+  int64_t ld = 0;
+  int32_t batch = 1;
+  int64_t batch_stride = 0;
+};
+
+struct cublasLtMatmulPreferenceOpaque_t {
+  uint32_t search_mode = 0;
+  uint64_t max_workspace = 0;
+};
+
+namespace {
+
+using loom_emu::load;
+using loom_emu::store;
+using loom_emu::type_size;
+
+template <class T>
+cublasStatus_t set_field(T& field, const void* buf, size_t size) {
+  if (buf == nullptr || size != sizeof(T)) return CUBLAS_STATUS_INVALID_VALUE;
+  std::memcpy(&field, buf, sizeof(T));
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+bool has_bias(uint32_t e) { return (e & CUBLASLT_EPILOGUE_BIAS) != 0; }
+bool has_bgrad(uint32_t e) { return e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB; }
+bool has_gelu(uint32_t e) { return (e & CUBLASLT_EPILOGUE_GELU) != 0; }
+bool has_relu(uint32_t e) { return (e & CUBLASLT_EPILOGUE_RELU) != 0; }
+bool has_aux(uint32_t e) { return (e & 128) != 0; }
+
+bool implemented_epilogue(uint32_t e) {
+  switch (e) {
+    case CUBLASLT_EPILOGUE_DEFAULT:
+    case CUBLASLT_EPILOGUE_RELU:
+    case CUBLASLT_EPILOGUE_BIAS:
+    case CUBLASLT_EPILOGUE_RELU_BIAS:
+    case CUBLASLT_EPILOGUE_GELU:
+    case CUBLASLT_EPILOGUE_GELU_AUX:
+    case CUBLASLT_EPILOGUE_GELU_BIAS:
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+    case CUBLASLT_EPILOGUE_BGRADA:
+    case CUBLASLT_EPILOGUE_BGRADB:
+      return true;
+  }
+  return false;
+}
+
+bool is_16bit(int32_t t) { return t == CUDA_R_16F || t == CUDA_R_16BF; }
+
+// The (A/B type, C/D type, compute type, scale type) table for the types Loom passes.
+bool supported_types(int32_t ab, int32_t cd, int32_t compute, int32_t scale) {
+  switch (compute) {
+    case CUBLAS_COMPUTE_32F:
+    case CUBLAS_COMPUTE_32F_PEDANTIC:
+      return scale == CUDA_R_32F &&
+             (ab == CUDA_R_32F ? cd == CUDA_R_32F : is_16bit(ab) && (cd == ab || cd == CUDA_R_32F));
+    case CUBLAS_COMPUTE_32F_FAST_TF32:
+      return scale == CUDA_R_32F && ab == CUDA_R_32F && cd == CUDA_R_32F;
+    case CUBLAS_COMPUTE_64F:
+    case CUBLAS_COMPUTE_64F_PEDANTIC:
+      return scale == CUDA_R_64F && ab == CUDA_R_64F && cd == CUDA_R_64F;
+  }
+  return false;
+}
+
+// A bias (or bias gradient) vector or GELU aux matrix takes D's type; a 16-bit D also takes float.
+int32_t effective(int32_t declared, int32_t d_type) { return declared == -1 ? d_type : declared; }
+bool vector_type_ok(int32_t t, int32_t d_type) { return t == d_type || (is_16bit(d_type) && t == CUDA_R_32F); }
+
+struct Problem {
+  int64_t m = 0, n = 0, k = 0;
+  int batch = 1;
+};
+
+// The checks shared by the heuristic and the matmul: SUCCESS, or the status cuBLASLt returns.
+cublasStatus_t check_problem(const cublasLtMatmulDescOpaque_t* desc, const cublasLtMatrixLayoutOpaque_t* a,
+                             const cublasLtMatrixLayoutOpaque_t* b, const cublasLtMatrixLayoutOpaque_t* c,
+                             const cublasLtMatrixLayoutOpaque_t* d, Problem& p) {
+  if (desc == nullptr || a == nullptr || b == nullptr || c == nullptr || d == nullptr)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  for (const auto* l : {a, b, c, d}) {
+    if (l->ld < std::max<int64_t>(1, static_cast<int64_t>(l->rows)) || l->batch < 0)
+      return CUBLAS_STATUS_INVALID_VALUE;
+    if (l->order != CUBLASLT_ORDER_COL) return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  const bool ta = desc->transa != CUBLAS_OP_N, tb = desc->transb != CUBLAS_OP_N;
+  p.m = static_cast<int64_t>(d->rows);
+  p.n = static_cast<int64_t>(d->cols);
+  p.k = static_cast<int64_t>(ta ? a->rows : a->cols);
+  const uint64_t a_m = ta ? a->cols : a->rows, b_k = tb ? b->cols : b->rows, b_n = tb ? b->rows : b->cols;
+  if (a_m != d->rows || b_k != static_cast<uint64_t>(p.k) || b_n != d->cols || c->rows != d->rows ||
+      c->cols != d->cols)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (a->batch != d->batch || b->batch != d->batch || c->batch != d->batch) return CUBLAS_STATUS_INVALID_VALUE;
+  p.batch = d->batch;
+  if (a->type != b->type || c->type != d->type ||
+      !supported_types(static_cast<int32_t>(a->type), static_cast<int32_t>(d->type), desc->compute,
+                       desc->scale))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  const uint32_t e = desc->epilogue;
+  if (!implemented_epilogue(e)) return CUBLAS_STATUS_NOT_SUPPORTED;
+  const int32_t d_type = static_cast<int32_t>(d->type);
+  if (has_bias(e) || has_bgrad(e)) {
+    if (desc->bias == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    if (!vector_type_ok(effective(desc->bias_type, d_type), d_type)) return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  if (has_aux(e)) {
+    if (desc->aux == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    if (desc->aux_ld < p.m || desc->aux_ld % 8 != 0) return CUBLAS_STATUS_INVALID_VALUE;
+    if (p.batch > 1 && desc->aux_batch_stride % 8 != 0) return CUBLAS_STATUS_INVALID_VALUE;
+    if (effective(desc->aux_type, d_type) != d_type) return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+bool double_accumulator(const cublasLtMatmulDescOpaque_t* desc) {
+  return desc->compute == CUBLAS_COMPUTE_64F || desc->compute == CUBLAS_COMPUTE_64F_PEDANTIC;
+}
+
+size_t accumulator_bytes(const cublasLtMatmulDescOpaque_t* desc, const Problem& p) {
+  return static_cast<size_t>(p.m * p.n * std::max(p.batch, 1)) * (double_accumulator(desc) ? 8 : 4);
+}
+
+// Throws unless [p, p + elements of type) lies in one device allocation (a GPU would fault).
+void check_device(const char* what, const void* p, int64_t elements, cudaDataType type) {
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(elements, 0)) * type_size(type);
+  if (bytes > 0 && (p == nullptr || !loom_emu::is_device_range(p, bytes)))
+    LOOM_FAIL("cudaErrorIllegalAddress: cublasLtMatmul: ", what, " (", p, ", ", bytes,
+              " bytes) is not in one device allocation; cuBLASLt reads only memory from cudaMalloc");
+}
+
+int64_t matrix_extent(const cublasLtMatrixLayoutOpaque_t* l) {  // elements a strided batch can touch
+  if (l->rows == 0 || l->cols == 0 || l->batch == 0) return 0;
+  return (l->batch - 1) * l->batch_stride + (static_cast<int64_t>(l->cols) - 1) * l->ld +
+         static_cast<int64_t>(l->rows);
+}
+
+double gelu_tanh(double x, bool f64) {
+  if (f64) return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+  const float xf = static_cast<float>(x);
+  return 0.5f * xf * (1.0f + std::tanh(0.7978845608028654f * (xf + 0.044715f * xf * xf * xf)));
+}
+
+}  // namespace
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* lightHandle) {
+  if (lightHandle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  auto* ctx = new cublasLtContext();
+  if (cublasStatus_t s = cublasCreate(&ctx->blas); s != CUBLAS_STATUS_SUCCESS) {
+    delete ctx;
+    return s;
+  }
+  *lightHandle = ctx;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t lightHandle) {
+  if (lightHandle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  cublasDestroy(lightHandle->blas);
+  delete lightHandle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+const char* cublasLtGetStatusName(cublasStatus_t status) { return cublasGetStatusName(status); }
+const char* cublasLtGetStatusString(cublasStatus_t status) { return cublasGetStatusString(status); }
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* matmulDesc, cublasComputeType_t computeType,
+                                        cudaDataType_t scaleType) {
+  if (matmulDesc == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  auto* d = new cublasLtMatmulDescOpaque_t();
+  d->compute = computeType;
+  d->scale = scaleType;
+  *matmulDesc = d;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc) {
+  delete matmulDesc;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t size) {
+  if (d == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE:
+      return set_field(d->compute, buf, size);
+    case CUBLASLT_MATMUL_DESC_SCALE_TYPE:
+      return set_field(d->scale, buf, size);
+    case CUBLASLT_MATMUL_DESC_POINTER_MODE: {
+      int32_t mode = 0;
+      if (cublasStatus_t s = set_field(mode, buf, size); s != CUBLAS_STATUS_SUCCESS) return s;
+      if (mode != CUBLASLT_POINTER_MODE_HOST) return CUBLAS_STATUS_NOT_SUPPORTED;  // emulator limit
+      d->pointer_mode = mode;
+      return CUBLAS_STATUS_SUCCESS;
+    }
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+    case CUBLASLT_MATMUL_DESC_TRANSB: {
+      int32_t op = 0;
+      if (cublasStatus_t s = set_field(op, buf, size); s != CUBLAS_STATUS_SUCCESS) return s;
+      if (op != CUBLAS_OP_N && op != CUBLAS_OP_T && op != CUBLAS_OP_C) return CUBLAS_STATUS_INVALID_VALUE;
+      (attr == CUBLASLT_MATMUL_DESC_TRANSA ? d->transa : d->transb) = op;
+      return CUBLAS_STATUS_SUCCESS;
+    }
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+      return set_field(d->epilogue, buf, size);
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+      return set_field(d->bias, buf, size);
+    case CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE:
+      return set_field(d->bias_batch_stride, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+      return set_field(d->aux, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+      return set_field(d->aux_ld, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE:
+      return set_field(d->aux_batch_stride, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE:
+      return set_field(d->aux_type, buf, size);
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+      return set_field(d->bias_type, buf, size);
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* matLayout, cudaDataType type, uint64_t rows,
+                                          uint64_t cols, int64_t ld) {
+  if (matLayout == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  auto* l = new cublasLtMatrixLayoutOpaque_t();
+  l->type = static_cast<uint32_t>(type);
+  l->rows = rows;
+  l->cols = cols;
+  l->ld = ld;
+  *matLayout = l;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t matLayout) {
+  delete matLayout;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t attr,
+                                                const void* buf, size_t size) {
+  if (l == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  switch (attr) {
+    case CUBLASLT_MATRIX_LAYOUT_TYPE:
+      return set_field(l->type, buf, size);
+    case CUBLASLT_MATRIX_LAYOUT_ORDER:
+      return set_field(l->order, buf, size);
+    case CUBLASLT_MATRIX_LAYOUT_ROWS:
+      return set_field(l->rows, buf, size);
+    case CUBLASLT_MATRIX_LAYOUT_COLS:
+      return set_field(l->cols, buf, size);
+    case CUBLASLT_MATRIX_LAYOUT_LD:
+      return set_field(l->ld, buf, size);
+    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT:
+      return set_field(l->batch, buf, size);
+    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET:
+      return set_field(l->batch_stride, buf, size);
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
+  if (pref == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *pref = new cublasLtMatmulPreferenceOpaque_t();
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+  delete pref;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
+                                                    size_t size) {
+  if (pref == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  switch (attr) {
+    case CUBLASLT_MATMUL_PREF_SEARCH_MODE:
+      return set_field(pref->search_mode, buf, size);
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
+      return set_field(pref->max_workspace, buf, size);
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
+}
+
+// algo.data[0]: the workspace bytes the algorithm uses (0: it allocates its accumulator itself).
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc,
+                                              cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
+                                              cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
+                                              cublasLtMatmulPreference_t preference, int requestedAlgoCount,
+                                              cublasLtMatmulHeuristicResult_t heuristicResultsArray[],
+                                              int* returnAlgoCount) {
+  if (lightHandle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (preference == nullptr || requestedAlgoCount < 1 || heuristicResultsArray == nullptr ||
+      returnAlgoCount == nullptr)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  *returnAlgoCount = 0;
+  Problem p;
+  if (cublasStatus_t s = check_problem(operationDesc, Adesc, Bdesc, Cdesc, Ddesc, p); s != CUBLAS_STATUS_SUCCESS)
+    return s;
+  cublasLtMatmulHeuristicResult_t r{};
+  const size_t want = accumulator_bytes(operationDesc, p);
+  r.workspaceSize = want <= preference->max_workspace ? want : 0;
+  r.algo.data[0] = r.workspaceSize;
+  r.state = CUBLAS_STATUS_SUCCESS;
+  r.wavesCount = 1.0f;
+  heuristicResultsArray[0] = r;
+  *returnAlgoCount = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t desc, const void* alpha,
+                              const void* A, cublasLtMatrixLayout_t Adesc, const void* B,
+                              cublasLtMatrixLayout_t Bdesc, const void* beta, const void* C,
+                              cublasLtMatrixLayout_t Cdesc, void* D, cublasLtMatrixLayout_t Ddesc,
+                              const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspaceSizeInBytes,
+                              cudaStream_t stream) {
+  if (lightHandle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  Problem p;
+  if (cublasStatus_t s = check_problem(desc, Adesc, Bdesc, Cdesc, Ddesc, p); s != CUBLAS_STATUS_SUCCESS) return s;
+  if (alpha == nullptr || beta == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  const size_t algo_workspace = algo != nullptr ? static_cast<size_t>(algo->data[0]) : 0;
+  if (workspaceSizeInBytes < algo_workspace || (algo_workspace > 0 && workspace == nullptr))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (p.m == 0 || p.n == 0 || p.batch == 0) return CUBLAS_STATUS_SUCCESS;
+
+  const bool f64 = double_accumulator(desc);
+  const double alpha_v = f64 ? *static_cast<const double*>(alpha) : *static_cast<const float*>(alpha);
+  const double beta_v = f64 ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
+  const cudaDataType acc_type = f64 ? CUDA_R_64F : CUDA_R_32F;
+  const auto d_type = static_cast<cudaDataType>(Ddesc->type);
+  const uint32_t e = desc->epilogue;
+
+  // The product alpha op(A) op(B) in the compute type, into the workspace or a temporary.
+  void* acc = algo_workspace > 0 ? workspace : nullptr;
+  if (acc == nullptr && cudaMalloc(&acc, accumulator_bytes(desc, p)) != cudaSuccess)
+    return CUBLAS_STATUS_ALLOC_FAILED;
+  const double zero = 0.0;
+  const float zero_f = 0.0f;
+  cublasSetStream(lightHandle->blas, stream);
+  cublasStatus_t s = cublasGemmStridedBatchedEx(
+      lightHandle->blas, static_cast<cublasOperation_t>(desc->transa), static_cast<cublasOperation_t>(desc->transb),
+      static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k), alpha, A,
+      static_cast<cudaDataType>(Adesc->type), static_cast<int>(Adesc->ld), Adesc->batch_stride, B,
+      static_cast<cudaDataType>(Bdesc->type), static_cast<int>(Bdesc->ld), Bdesc->batch_stride,
+      f64 ? static_cast<const void*>(&zero) : static_cast<const void*>(&zero_f), acc, acc_type,
+      static_cast<int>(p.m), p.m * p.n, p.batch, static_cast<cublasComputeType_t>(desc->compute),
+      CUBLAS_GEMM_DEFAULT);
+
+  if (s == CUBLAS_STATUS_SUCCESS) {
+    const auto bias_type = static_cast<cudaDataType>(effective(desc->bias_type, static_cast<int32_t>(d_type)));
+    const int64_t bias_len = e == CUBLASLT_EPILOGUE_BGRADB ? p.n : p.m;
+    check_device("D", D, matrix_extent(Ddesc), d_type);
+    if (beta_v != 0) check_device("C", C, matrix_extent(Cdesc), static_cast<cudaDataType>(Cdesc->type));
+    if (has_bias(e) || has_bgrad(e))
+      check_device("the bias vector", desc->bias, (p.batch - 1) * desc->bias_batch_stride + bias_len, bias_type);
+    if (has_aux(e))
+      check_device("the aux matrix", desc->aux, (p.batch - 1) * desc->aux_batch_stride + (p.n - 1) * desc->aux_ld + p.m,
+                   d_type);
+    if (has_bgrad(e)) {
+      const auto* l = e == CUBLASLT_EPILOGUE_BGRADA ? Adesc : Bdesc;
+      check_device(e == CUBLASLT_EPILOGUE_BGRADA ? "A" : "B", e == CUBLASLT_EPILOGUE_BGRADA ? A : B,
+                   matrix_extent(l), static_cast<cudaDataType>(l->type));
+    }
+
+    loom_emu::DeviceAccess access;  // device memory is readable only while device work runs
+    auto round = [&](double v) { return f64 ? v : static_cast<double>(static_cast<float>(v)); };
+    for (int b = 0; b < p.batch; ++b) {
+      const int64_t acc_off = b * p.m * p.n, d_off = b * Ddesc->batch_stride, c_off = b * Cdesc->batch_stride;
+      for (int64_t j = 0; j < p.n; ++j) {
+        for (int64_t i = 0; i < p.m; ++i) {
+          double v = load(acc_type, acc, acc_off + i + j * p.m);
+          if (beta_v != 0)
+            v = round(v + beta_v * load(static_cast<cudaDataType>(Cdesc->type), C, c_off + i + j * Cdesc->ld));
+          if (has_bias(e)) v = round(v + load(bias_type, desc->bias, b * desc->bias_batch_stride + i));
+          if (has_aux(e)) store(d_type, desc->aux, b * desc->aux_batch_stride + i + j * desc->aux_ld, v);
+          if (has_relu(e)) v = v > 0 ? v : 0.0;
+          if (has_gelu(e)) v = gelu_tanh(v, f64);
+          store(d_type, D, d_off + i + j * Ddesc->ld, v);
+        }
+      }
+      if (has_bgrad(e)) {
+        // The sums over k of op(A)'s rows (BGRADA) or op(B)'s columns (BGRADB).
+        const bool from_a = e == CUBLASLT_EPILOGUE_BGRADA;
+        const auto* l = from_a ? Adesc : Bdesc;
+        const void* src = from_a ? A : B;
+        const bool transposed = (from_a ? desc->transa : desc->transb) != CUBLAS_OP_N;
+        for (int64_t v_i = 0; v_i < bias_len; ++v_i) {
+          double sum = 0;
+          for (int64_t q = 0; q < p.k; ++q) {
+            // op(A)[v_i, q] or op(B)[q, v_i], as stored.
+            const int64_t r = from_a != transposed ? v_i : q, c = from_a != transposed ? q : v_i;
+            sum = round(sum + load(static_cast<cudaDataType>(l->type), src, b * l->batch_stride + r + c * l->ld));
+          }
+          store(bias_type, desc->bias, b * desc->bias_batch_stride + v_i, sum);
+        }
+      }
+    }
+  }
+  if (algo_workspace == 0) cudaFree(acc);
+  return s;
+}

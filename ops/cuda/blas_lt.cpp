@@ -1,0 +1,173 @@
+/*
+ * The cuBLASLt wrapper of blas_lt.h.
+ *
+ * One cuBLASLt handle for the process, like blas.cpp's cuBLAS handle, and one mutex: the cached
+ * descriptors carry the bias and aux pointers as attributes, set just before each call. The
+ * cache holds, per problem, the matmul descriptor, the four layouts and the heuristic's first
+ * algorithm (or the fact that there is none), so steady-state training calls the heuristic once
+ * per distinct shape. Descriptors are never destroyed, for the reason blas.cpp gives.
+ */
+#include "ops/cuda/blas_lt.h"
+
+#include <cublasLt.h>
+
+#include <climits>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "ops/factories.h"
+#include "ops/linalg.h"
+
+#define LOOM_CUBLASLT_CHECK(call)                                                    \
+  do {                                                                               \
+    cublasStatus_t loom_cublaslt_status_ = (call);                                   \
+    if (loom_cublaslt_status_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                 \
+      LOOM_FAIL("cuBLASLt error ", cublasLtGetStatusName(loom_cublaslt_status_), ": ", \
+                cublasLtGetStatusString(loom_cublaslt_status_), " in ", #call);      \
+  } while (0)
+
+namespace loom::cuda {
+
+namespace {
+
+// Workspace cuBLASLt may use, as PyTorch's default for Hopper (CUBLASLT_WORKSPACE_SIZE, 32 MiB).
+constexpr uint64_t kMaxWorkspaceBytes = uint64_t{32} << 20;
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  bool found = false;
+  cublasLtMatmulHeuristicResult_t heuristic{};
+};
+
+using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                       int64_t, int, int, bool, int64_t, int64_t>;
+
+cudaDataType_t lt_type(DType t) {
+  switch (t) {
+    case DType::Float32:
+      return CUDA_R_32F;
+    case DType::Float64:
+      return CUDA_R_64F;
+    case DType::Float16:
+      return CUDA_R_16F;
+    case DType::BFloat16:
+      return CUDA_R_16BF;
+    default:
+      LOOM_FAIL("cuBLASLt GEMM: expected float32, float64, float16 or bfloat16, got ", t);
+  }
+}
+
+cublasLtEpilogue_t lt_epilogue(const LtGemm& g) {
+  switch (g.epilogue) {
+    case LtEpilogue::kNone:
+      return CUBLASLT_EPILOGUE_DEFAULT;
+    case LtEpilogue::kBias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case LtEpilogue::kReluBias:
+      return g.bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    case LtEpilogue::kGeluTanhBias:
+      if (g.aux) return g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+      return g.bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    case LtEpilogue::kBiasGradB:
+      return CUBLASLT_EPILOGUE_BGRADB;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                                   int64_t stride) {
+  cublasLtMatrixLayout_t l = nullptr;
+  LOOM_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&l, type, static_cast<uint64_t>(rows),
+                                                 static_cast<uint64_t>(cols), ld));
+  const auto order = static_cast<int32_t>(CUBLASLT_ORDER_COL);
+  const auto count = static_cast<int32_t>(batch);
+  LOOM_CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_ORDER, &order, sizeof(order)));
+  LOOM_CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+  LOOM_CUBLASLT_CHECK(
+      cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+  return l;
+}
+
+template <class T>
+void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value) {
+  LOOM_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
+}
+
+Plan make_plan(cublasLtHandle_t handle, const LtGemm& g, cublasComputeType_t compute) {
+  const cudaDataType_t type = lt_type(g.dtype);
+  const bool f64 = compute == CUBLAS_COMPUTE_64F;
+  Plan p;
+  LOOM_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&p.desc, compute, f64 ? CUDA_R_64F : CUDA_R_32F));
+  set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(g.transa == BlasOp::kN ? CUBLAS_OP_N : CUBLAS_OP_T));
+  set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(g.transb == BlasOp::kN ? CUBLAS_OP_N : CUBLAS_OP_T));
+  set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(lt_epilogue(g)));
+  if (g.bias) set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(type));
+  // The heuristic looks at the pointers' alignment only; the real ones are set per call.
+  if (g.bias) set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+  if (g.aux) {
+    set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
+    set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.aux_ld);
+    set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, g.aux_stride);
+  }
+  const bool ta = g.transa != BlasOp::kN, tb = g.transb != BlasOp::kN;
+  p.a = make_layout(type, ta ? g.k : g.m, ta ? g.m : g.k, g.lda, g.batch, g.stride_a);
+  p.b = make_layout(type, tb ? g.n : g.k, tb ? g.k : g.n, g.ldb, g.batch, g.stride_b);
+  p.c = make_layout(type, g.m, g.n, g.ldd, g.batch, g.stride_d);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  LOOM_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  LOOM_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                           &kMaxWorkspaceBytes, sizeof(kMaxWorkspaceBytes)));
+  int found = 0;
+  const cublasStatus_t s =
+      cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &p.heuristic, &found);
+  LOOM_CUBLASLT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  // No algorithm is an answer (the caller falls back), not an error; anything else is.
+  if (s != CUBLAS_STATUS_NOT_SUPPORTED) LOOM_CUBLASLT_CHECK(s);
+  p.found = s == CUBLAS_STATUS_SUCCESS && found > 0;
+  return p;
+}
+
+}  // namespace
+
+bool lt_matmul(const LtGemm& g, cudaStream_t stream) {
+  for (int64_t v : {g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.batch})
+    LOOM_CHECK(v >= 0 && v <= INT_MAX, "cuBLASLt GEMM: size ", v, " does not fit cuBLASLt's 32-bit limits");
+  const cublasComputeType_t compute = g.dtype == DType::Float64                   ? CUBLAS_COMPUTE_64F
+                                      : g.dtype == DType::Float32 && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                                  : CUBLAS_COMPUTE_32F;
+  static std::mutex mutex;
+  static cublasLtHandle_t handle = nullptr;
+  static std::map<Key, Plan> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (handle == nullptr) LOOM_CUBLASLT_CHECK(cublasLtCreate(&handle));
+  const Key key{static_cast<int>(g.transa), static_cast<int>(g.transb), g.m, g.n, g.k, g.lda, g.stride_a, g.ldb,
+                g.stride_b, g.ldd, g.stride_d, g.batch, static_cast<int>(g.dtype), static_cast<int>(lt_epilogue(g)),
+                compute == CUBLAS_COMPUTE_32F_FAST_TF32, g.aux_ld, g.aux_stride};
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, make_plan(handle, g, compute)).first;
+  const Plan& p = it->second;
+  if (!p.found) return false;
+
+  if (g.bias) set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+  if (g.aux) set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
+  const size_t ws_bytes = p.heuristic.workspaceSize;
+  Tensor workspace;  // from the caching allocator; freed for reuse once the stream is past this GEMM
+  if (ws_bytes > 0)
+    workspace = empty({static_cast<int64_t>(ws_bytes)}, TensorOptions(DType::UInt8).device(Device::cuda()));
+  const double one_d = 1.0, zero_d = 0.0;
+  const float one_f = 1.0f, zero_f = 0.0f;
+  const bool f64 = compute == CUBLAS_COMPUTE_64F;
+  const void* alpha = f64 ? static_cast<const void*>(&one_d) : static_cast<const void*>(&one_f);
+  const void* beta = f64 ? static_cast<const void*>(&zero_d) : static_cast<const void*>(&zero_f);
+  LOOM_CUBLASLT_CHECK(cublasLtMatmul(handle, p.desc, alpha, g.a, p.a, g.b, p.b, beta, g.d, p.c, g.d, p.c,
+                                     &p.heuristic.algo, ws_bytes > 0 ? workspace.data_ptr() : nullptr, ws_bytes,
+                                     stream));
+  return true;
+}
+
+}  // namespace loom::cuda

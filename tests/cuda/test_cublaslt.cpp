@@ -1,0 +1,212 @@
+/*
+ * The emulated cuBLASLt (core/cuda/emulated/cublasLt.h): the epilogues Loom uses against a host
+ * reference (BIAS, RELU_BIAS, GELU_AUX_BIAS with its aux matrix, BGRADB, a batch), and each
+ * rejection the cuBLASLt documentation lists for what Loom could get wrong, with cuBLASLt's
+ * status. Emulated build only: these pin the emulation's contract (a GPU runs the op tests).
+ */
+#include <doctest/doctest.h>
+
+#if __has_include(<cublasLt.h>)
+#include <cublasLt.h>  // the emulated one defines LOOM_CUDA_EMULATED (through cuda_runtime_api.h)
+#endif
+#if defined(LOOM_CUDA_EMULATED)
+#include <cmath>
+#include <vector>
+
+#include "ops/ops.h"
+#include "tests/gpu_test.h"
+
+using namespace loom;
+
+namespace {
+
+// A float device buffer holding `values`, freed with the fixture.
+struct DeviceFloats {
+  Tensor t;
+  explicit DeviceFloats(const std::vector<float>& values)
+      : t(tensor(values, {static_cast<int64_t>(values.size())}).to(Device::cuda())) {}
+  DeviceFloats(int64_t n) : t(zeros({n}, Device::cuda())) {}  // NOLINT: a size
+  float* ptr() const { return t.data_ptr<float>(); }
+  std::vector<float> host() const { return t.to(kCPU).to_vector<float>(); }
+};
+
+// D (m x n) = op(A) op(B) with A m x k and B k x n column-major (op N), float, one batch.
+struct Gemm {
+  int64_t m, n, k;
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  DeviceFloats A, B, D;
+  std::vector<float> ha, hb;
+
+  Gemm(int64_t m_, int64_t n_, int64_t k_) : m(m_), n(n_), k(k_), A(values(m_ * k_, 0.3)), B(values(k_ * n_, 0.7)), D(m_ * n_) {
+    ha = values(m * k, 0.3);
+    hb = values(k * n, 0.7);
+    REQUIRE(cublasLtCreate(&handle) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(cublasLtMatrixLayoutCreate(&a, CUDA_R_32F, m, k, m) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(cublasLtMatrixLayoutCreate(&b, CUDA_R_32F, k, n, k) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(cublasLtMatrixLayoutCreate(&d, CUDA_R_32F, m, n, m) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS);
+  }
+  ~Gemm() {
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(a);
+    cublasLtMatrixLayoutDestroy(b);
+    cublasLtMatrixLayoutDestroy(d);
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtDestroy(handle);
+  }
+  static std::vector<float> values(int64_t n, double seed) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<float>(std::sin(seed + 1.3 * i));
+    return v;
+  }
+  template <class T>
+  cublasStatus_t set(cublasLtMatmulDescAttributes_t attr, const T& v) {
+    return cublasLtMatmulDescSetAttribute(desc, attr, &v, sizeof(v));
+  }
+  cublasStatus_t heuristic(int& found) {
+    cublasLtMatmulHeuristicResult_t r{};
+    return cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, d, d, pref, 1, &r, &found);
+  }
+  cublasStatus_t run() {
+    const float one = 1.0f, zero = 0.0f;
+    return cublasLtMatmul(handle, desc, &one, A.ptr(), a, B.ptr(), b, &zero, D.ptr(), d, D.ptr(), d, nullptr,
+                          nullptr, 0, nullptr);
+  }
+  double product(int64_t i, int64_t j) const {
+    double s = 0;
+    for (int64_t p = 0; p < k; ++p) s += static_cast<double>(ha[i + p * m]) * hb[p + j * k];
+    return s;
+  }
+};
+
+double gelu_tanh(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+
+}  // namespace
+
+TEST_CASE("emulated cuBLASLt: BIAS, RELU_BIAS and GELU_AUX_BIAS apply the bias, then the activation") {
+  LOOM_REQUIRE_GPU();
+  for (cublasLtEpilogue_t e : {CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_RELU_BIAS, CUBLASLT_EPILOGUE_GELU_AUX_BIAS}) {
+    CAPTURE(static_cast<int>(e));
+    Gemm g(8, 3, 5);
+    DeviceFloats bias(Gemm::values(8, 1.9)), aux(8 * 3);
+    std::vector<float> hbias = Gemm::values(8, 1.9);
+    REQUIRE(g.set(CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(e)) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(g.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(bias.ptr())) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(g.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(aux.ptr())) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(g.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{8}) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(g.run() == CUBLAS_STATUS_SUCCESS);
+    std::vector<float> out = g.D.host(), pre = aux.host();
+    for (int64_t j = 0; j < 3; ++j) {
+      for (int64_t i = 0; i < 8; ++i) {
+        const double h = g.product(i, j) + hbias[static_cast<size_t>(i)];  // the bias follows D's rows
+        const double want = e == CUBLASLT_EPILOGUE_BIAS ? h : e == CUBLASLT_EPILOGUE_RELU_BIAS ? std::max(h, 0.0) : gelu_tanh(h);
+        CHECK(out[static_cast<size_t>(i + j * 8)] == doctest::Approx(want).epsilon(1e-5));
+        if (e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) CHECK(pre[static_cast<size_t>(i + j * 8)] == doctest::Approx(h).epsilon(1e-5));
+      }
+    }
+  }
+}
+
+TEST_CASE("emulated cuBLASLt: BGRADB sums op(B) over k, one value per column of D") {
+  LOOM_REQUIRE_GPU();
+  Gemm g(4, 6, 5);
+  DeviceFloats grad(6);
+  REQUIRE(g.set(CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(CUBLASLT_EPILOGUE_BGRADB)) == CUBLAS_STATUS_SUCCESS);
+  REQUIRE(g.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(grad.ptr())) == CUBLAS_STATUS_SUCCESS);
+  REQUIRE(g.run() == CUBLAS_STATUS_SUCCESS);
+  std::vector<float> sums = grad.host(), out = g.D.host();
+  for (int64_t j = 0; j < 6; ++j) {
+    double s = 0;
+    for (int64_t p = 0; p < 5; ++p) s += g.hb[static_cast<size_t>(p + j * 5)];
+    CHECK(sums[static_cast<size_t>(j)] == doctest::Approx(s).epsilon(1e-5));
+    CHECK(out[static_cast<size_t>(j * 4)] == doctest::Approx(g.product(0, j)).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("emulated cuBLASLt: what cuBLASLt rejects, with its status") {
+  LOOM_REQUIRE_GPU();
+  int found = -1;
+  SUBCASE("a null handle") {
+    Gemm g(4, 4, 4);
+    cublasLtMatmulHeuristicResult_t r{};
+    CHECK(cublasLtMatmulAlgoGetHeuristic(nullptr, g.desc, g.a, g.b, g.d, g.d, g.pref, 1, &r, &found) ==
+          CUBLAS_STATUS_NOT_INITIALIZED);
+  }
+  SUBCASE("a leading dimension below the rows") {
+    Gemm g(4, 4, 4);
+    const int64_t ld = 3;
+    REQUIRE(cublasLtMatrixLayoutSetAttribute(g.a, CUBLASLT_MATRIX_LAYOUT_LD, &ld, sizeof(ld)) == CUBLAS_STATUS_SUCCESS);
+    CHECK(g.heuristic(found) == CUBLAS_STATUS_INVALID_VALUE);
+    CHECK(g.run() == CUBLAS_STATUS_INVALID_VALUE);
+  }
+  SUBCASE("layouts whose sizes do not chain (op(A) 4 x 4, op(B) 5 x 4)") {
+    Gemm g(4, 4, 4);
+    const uint64_t rows = 5;
+    REQUIRE(cublasLtMatrixLayoutSetAttribute(g.b, CUBLASLT_MATRIX_LAYOUT_ROWS, &rows, sizeof(rows)) == CUBLAS_STATUS_SUCCESS);
+    CHECK(g.heuristic(found) == CUBLAS_STATUS_INVALID_VALUE);
+  }
+  SUBCASE("an attribute of the wrong size") {
+    Gemm g(4, 4, 4);
+    const int64_t wide = CUBLASLT_EPILOGUE_BIAS;  // EPILOGUE is a uint32_t
+    CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &wide, sizeof(wide)) ==
+          CUBLAS_STATUS_INVALID_VALUE);
+  }
+  SUBCASE("a bias epilogue without a bias pointer") {
+    Gemm g(4, 4, 4);
+    REQUIRE(g.set(CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(CUBLASLT_EPILOGUE_RELU_BIAS)) == CUBLAS_STATUS_SUCCESS);
+    CHECK(g.run() == CUBLAS_STATUS_INVALID_VALUE);
+  }
+  SUBCASE("GELU_AUX without the aux pointer, or with an aux ld that is not a multiple of 8") {
+    Gemm g(4, 4, 4);
+    DeviceFloats aux(64);
+    REQUIRE(g.set(CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(CUBLASLT_EPILOGUE_GELU_AUX)) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(g.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{8}) == CUBLAS_STATUS_SUCCESS);
+    CHECK(g.run() == CUBLAS_STATUS_INVALID_VALUE);
+    REQUIRE(g.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(aux.ptr())) == CUBLAS_STATUS_SUCCESS);
+    CHECK(g.run() == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(g.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{12}) == CUBLAS_STATUS_SUCCESS);
+    CHECK(g.run() == CUBLAS_STATUS_INVALID_VALUE);
+  }
+  SUBCASE("a bias type the epilogue does not take: no algorithm") {
+    Gemm g(4, 4, 4);
+    DeviceFloats bias(4);
+    REQUIRE(g.set(CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(CUBLASLT_EPILOGUE_BIAS)) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(g.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(bias.ptr())) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(g.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_64F)) == CUBLAS_STATUS_SUCCESS);
+    CHECK(g.heuristic(found) == CUBLAS_STATUS_NOT_SUPPORTED);
+    CHECK(found == 0);
+  }
+  SUBCASE("16-bit inputs with TF32 compute") {
+    Gemm g(4, 4, 4);
+    for (auto* l : {g.a, g.b}) {
+      const auto t = static_cast<uint32_t>(CUDA_R_16F);
+      REQUIRE(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_TYPE, &t, sizeof(t)) == CUBLAS_STATUS_SUCCESS);
+    }
+    REQUIRE(g.set(CUBLASLT_MATMUL_DESC_COMPUTE_TYPE, static_cast<int32_t>(CUBLAS_COMPUTE_32F_FAST_TF32)) ==
+            CUBLAS_STATUS_SUCCESS);
+    CHECK(g.heuristic(found) == CUBLAS_STATUS_NOT_SUPPORTED);
+  }
+  SUBCASE("a workspace smaller than the algorithm's") {
+    Gemm g(4, 4, 4);
+    const uint64_t max_ws = 1 << 20;
+    REQUIRE(cublasLtMatmulPreferenceSetAttribute(g.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
+                                                 sizeof(max_ws)) == CUBLAS_STATUS_SUCCESS);
+    cublasLtMatmulHeuristicResult_t r{};
+    REQUIRE(cublasLtMatmulAlgoGetHeuristic(g.handle, g.desc, g.a, g.b, g.d, g.d, g.pref, 1, &r, &found) ==
+            CUBLAS_STATUS_SUCCESS);
+    REQUIRE(found == 1);
+    REQUIRE(r.workspaceSize > 0);
+    const float one = 1.0f, zero = 0.0f;
+    CHECK(cublasLtMatmul(g.handle, g.desc, &one, g.A.ptr(), g.a, g.B.ptr(), g.b, &zero, g.D.ptr(), g.d, g.D.ptr(),
+                         g.d, &r.algo, nullptr, 0, nullptr) == CUBLAS_STATUS_INVALID_VALUE);
+    DeviceFloats ws(static_cast<int64_t>(r.workspaceSize / 4));
+    CHECK(cublasLtMatmul(g.handle, g.desc, &one, g.A.ptr(), g.a, g.B.ptr(), g.b, &zero, g.D.ptr(), g.d, g.D.ptr(),
+                         g.d, &r.algo, ws.ptr(), r.workspaceSize, nullptr) == CUBLAS_STATUS_SUCCESS);
+  }
+}
+
+#endif  // LOOM_CUDA_EMULATED
