@@ -6,6 +6,7 @@
 #include <array>
 
 #include "autograd/formulas/formulas.h"
+#include "core/grad_mode.h"
 #include "ops/autocast.h"
 
 namespace loom::autograd {
@@ -67,13 +68,15 @@ void register_linalg_formulas() {
     return c.attrs().linear ? linear_grad(c, g[0]) : matmul_grad(c, g[0]);
   });
   // out = act(h), h = x W^T + b (output 1, kept for the GELUs): grad_h as the activation's own
-  // formula computes it, then linear's gradients.
+  // formula computes it, then linear's gradients. Under create_graph h is recomputed with linear
+  // (the same values), so that the second derivative reaches x, W and b through it.
   define_formula<Op::linear_activation>(
-      Save{.inputs = 0b11, .outputs = 0b11}, [](const GradContext<LinearActivationAttrs>& c, const Grads& g) {
+      Save{.inputs = 0b111, .outputs = 0b11}, [](const GradContext<LinearActivationAttrs>& c, const Grads& g) {
         const Activation act = c.attrs().activation;
+        auto h = [&] { return GradMode::is_enabled() ? linear(c.input(0), c.input(1), c.input(2)) : c.output(1); };
         Tensor grad_h = act == Activation::Relu
                             ? where(c.output(0).gt(0), g[0], 0.0)
-                            : gelu_backward(g[0], c.output(1), act == Activation::GeluTanh ? "tanh" : "none");
+                            : gelu_backward(g[0], h(), act == Activation::GeluTanh ? "tanh" : "none");
         return linear_grads(c.input(0), c.input(1), {c.needs_grad(0), c.needs_grad(1), c.needs_grad(2)}, grad_h);
       });
   // (grad_weight, grad_bias) = (grad^T x, column sums of grad): d grad = x gw^T + gb (broadcast
