@@ -3,7 +3,8 @@
  * Fashion-MNIST subset follows the CPU's loss curve step for step; the CNN and a small GPT train
  * a few steps with finite, decreasing loss; `train --device cuda` runs, and refuses clearly where
  * there is no CUDA backend or no GPU; `train --device cuda --amp bf16|fp16` trains under CUDA
- * autocast (fp16 through the GradScaler on CUDA gradients).
+ * autocast (fp16 through the GradScaler on CUDA gradients); CausalSelfAttention's fused CUDA
+ * attention gives the CPU's output and gradients.
  */
 #include <doctest/doctest.h>
 
@@ -17,6 +18,7 @@
 #include "data/builtin_datasets.h"
 #include "data/dataset_writer.h"
 #include "data/idx_reader.h"
+#include "nn/layers/attention.h"
 #include "nn/loss.h"
 #include "nn/models/gpt.h"
 #include "nn/models/mlp.h"
@@ -146,6 +148,34 @@ TEST_CASE("training: the CNN and a small GPT train on CUDA with finite, decreasi
     }
     MESSAGE("GPT loss ", losses.front(), " -> ", losses.back());
     CHECK(losses.back() < losses.front());
+  }
+}
+
+// The GPT's attention on CUDA is the fused flash-attention kernel; on the CPU it is written out.
+// The same weights must give the same output and the same gradients (float32 sums in another
+// order: torch's CUDA-vs-CPU tolerance).
+TEST_CASE("training: CausalSelfAttention on CUDA (fused attention) matches the CPU, output and gradients") {
+  LOOM_REQUIRE_GPU();
+  const test::Tol kCudaTol{1e-5, 1e-5};
+  manual_seed(11);
+  nn::CausalSelfAttention cpu(16, 2, 12), gpu(16, 2, 12);
+  gpu.load_state_dict(cpu.state_dict());
+  gpu.to(Device::cuda());
+  Tensor x = randn({3, 11, 16});
+  Tensor x_gpu = x.to(Device::cuda()).detach().requires_grad_(true);
+  Tensor x_cpu = x.detach().requires_grad_(true);
+  Tensor out_cpu = cpu.forward(x_cpu), out_gpu = gpu.forward(x_gpu);
+  test::check_close(out_gpu.to(kCPU), test::values(out_cpu), kCudaTol);
+  Tensor weights = randn({3, 11, 16});  // a loss whose gradient differs per element
+  out_cpu.mul(weights).sum().backward();
+  out_gpu.mul(weights.to(Device::cuda())).sum().backward();
+  test::check_close(x_gpu.grad().to(kCPU), test::values(x_cpu.grad()), kCudaTol);
+  auto cpu_params = cpu.named_parameters(), gpu_params = gpu.named_parameters();
+  REQUIRE(cpu_params.size() == gpu_params.size());
+  for (size_t i = 0; i < cpu_params.size(); ++i) {
+    CAPTURE(cpu_params[i].first);
+    test::check_close(gpu_params[i].second.grad().to(kCPU), test::values(cpu_params[i].second.grad()),
+                      kCudaTol);
   }
 }
 
