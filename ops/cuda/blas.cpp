@@ -17,6 +17,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "ops/cuda/blas_types.h"
 #include "ops/linalg.h"
 
 // LOOM_CUBLAS_CHECK(call): throws loom::Error with file:line, the call and cuBLAS's status name
@@ -56,21 +57,6 @@ int to_int(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-cudaDataType_t data_type(DType t) {
-  switch (t) {
-    case DType::Float32:
-      return CUDA_R_32F;
-    case DType::Float64:
-      return CUDA_R_64F;
-    case DType::Float16:
-      return CUDA_R_16F;
-    case DType::BFloat16:
-      return CUDA_R_16BF;
-    default:
-      LOOM_FAIL("cuBLAS GEMM: expected float32, float64, float16 or bfloat16, got ", t);
-  }
-}
-
 cublasOperation_t op_of(BlasOp op) {
   return op == BlasOp::kN ? CUBLAS_OP_N : CUBLAS_OP_T;
 }
@@ -81,7 +67,7 @@ void gemm_strided_batched(BlasOp transa, BlasOp transb, int64_t m, int64_t n, in
                           const void* a, int64_t lda, int64_t stride_a, const void* b, int64_t ldb,
                           int64_t stride_b, double beta, void* c, int64_t ldc, int64_t stride_c,
                           int64_t batch, DType dtype, cudaStream_t stream) {
-  const cudaDataType_t type = data_type(dtype);
+  const cudaDataType_t type = gemm_data_type(dtype, "cuBLAS GEMM");
   // 16-bit inputs accumulate in float (CUBLAS_COMPUTE_32F); float stays float unless TF32 is allowed.
   const cublasComputeType_t compute = dtype == DType::Float64                   ? CUBLAS_COMPUTE_64F
                                       : dtype == DType::Float32 && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32

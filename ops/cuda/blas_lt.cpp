@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "ops/cuda/blas_types.h"
 #include "ops/factories.h"
 #include "ops/linalg.h"
 
@@ -45,21 +46,6 @@ struct Plan {
 
 using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                        int64_t, int, int, bool, int64_t, int64_t>;
-
-cudaDataType_t lt_type(DType t) {
-  switch (t) {
-    case DType::Float32:
-      return CUDA_R_32F;
-    case DType::Float64:
-      return CUDA_R_64F;
-    case DType::Float16:
-      return CUDA_R_16F;
-    case DType::BFloat16:
-      return CUDA_R_16BF;
-    default:
-      LOOM_FAIL("cuBLASLt GEMM: expected float32, float64, float16 or bfloat16, got ", t);
-  }
-}
 
 cublasLtEpilogue_t lt_epilogue(const LtGemm& g) {
   switch (g.epilogue) {
@@ -98,7 +84,7 @@ void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, co
 }
 
 Plan make_plan(cublasLtHandle_t handle, const LtGemm& g, cublasComputeType_t compute) {
-  const cudaDataType_t type = lt_type(g.dtype);
+  const cudaDataType_t type = gemm_data_type(g.dtype, "cuBLASLt GEMM");
   const bool f64 = compute == CUBLAS_COMPUTE_64F;
   Plan p;
   LOOM_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&p.desc, compute, f64 ? CUDA_R_64F : CUDA_R_32F));
