@@ -124,8 +124,10 @@ void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
       x[i] = v > hi ? hi : v;
     }
   };
-  for (const auto& [device, list] : grads.contiguous) {
-    if (!device.is_cpu()) {
+  for (const auto& entry : grads.contiguous) {
+    // Not a structured binding: the lambda below captures the list, which clang before 16 refuses.
+    const auto& list = entry.second;
+    if (!entry.first.is_cpu()) {
       for (Tensor g : list) g.clamp_(-clip_value, clip_value);
       continue;
     }
