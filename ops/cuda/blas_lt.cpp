@@ -128,7 +128,9 @@ bool lt_matmul(const LtGemm& g, cudaStream_t stream) {
                                                                                   : CUBLAS_COMPUTE_32F;
   static std::mutex mutex;
   static cublasLtHandle_t handle = nullptr;
-  static std::map<Key, Plan> cache;
+  // Never destroyed, like the handle: at exit the runtime may be gone before the descriptors
+  // could be freed, and a map destroyed without freeing them would leak them (LeakSanitizer).
+  static auto& cache = *new std::map<Key, Plan>();
   std::lock_guard<std::mutex> lock(mutex);
   if (handle == nullptr) LOOM_CUBLASLT_CHECK(cublasLtCreate(&handle));
   const Key key{static_cast<int>(g.transa), static_cast<int>(g.transb), g.m, g.n, g.k, g.lda, g.stride_a, g.ldb,
