@@ -197,4 +197,29 @@ using ForeachNormKernel = void (*)(const Tensor& out, const std::vector<Tensor>&
 // Multiplies every tensor by scale (float64, 0-dim, on their device), rounded to the tensor's dtype.
 using ForeachMulKernel = void (*)(const std::vector<Tensor>& tensors, const Tensor& scale);
 
+// ---- INT8 inference (QuantizedModel on CUDA, ops/int8_ops.h; not differentiable)
+// The requantization that follows an int8 GEMM's int32 sum acc[m, c], per output channel c, in
+// float32 and in this order, as oneDNN's int8 kernels do (so that every backend rounds alike):
+//   f = float(acc - input_zero_point * sum_k w[c, k]) + bias[c];  f *= scale[c];  if relu f = max(f, 0);
+//   float32 out: f;  uint8/int8 out: clamp(round_half_even(f + output_zero_point)) to the dtype's range.
+struct Int8Epilogue {
+  int32_t input_zero_point = 0;
+  int32_t output_zero_point = 0;
+  bool relu = false;
+};
+// out [M, O] contiguous (float32, uint8 or int8); x uint8 [M, K] contiguous; w int8 [O, K]
+// contiguous; scales float32 [O] or [1]; bias float32 [O] or undefined.
+using Int8LinearKernel = void (*)(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& scales,
+                                  const Tensor& bias, const Int8Epilogue& epilogue);
+// The patches of a uint8 convolution input, one row per output position: out uint8
+// [N * Ho * Wo, C * kh * kw] contiguous, rows in (n, ho, wo) order, columns in (c, i, j) order
+// (a weight [O, C, kh, kw] flattened); x uint8 [N, C, H, W], any strides; positions in the
+// padding read pad_value (the input's zero point: real 0). p.groups == 1.
+using Int8Im2colKernel = void (*)(const Tensor& out, const Tensor& x, std::array<int64_t, 2> kernel,
+                                  const Conv2dParams& p, int32_t pad_value);
+// quantize_per_tensor: out (uint8/int8) = clamp(round_half_even(in * (1 / scale)) + zero_point), NaN
+// to the dtype's minimum; dequantize_per_tensor: out (float32) = float(in - zero_point) * scale.
+// out and in have one shape, any strides.
+using QuantizeKernel = void (*)(const Tensor& out, const Tensor& in, float scale, int32_t zero_point);
+
 }  // namespace loom

@@ -14,6 +14,7 @@
 #include "ops/copy_ops.h"
 #include "ops/elementwise.h"
 #include "ops/factories.h"
+#include "ops/int8_ops.h"
 #include "ops/linalg.h"
 #include "ops/nn_ops.h"
 #include "ops/norm_ops.h"

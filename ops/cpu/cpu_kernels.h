@@ -18,6 +18,7 @@ void register_shape_kernels();
 void register_amp_kernels();
 void register_optim_kernels();
 void register_attention_kernels();
+void register_int8_kernels();
 
 inline void register_cpu_kernels() {
   register_copy_kernels();
@@ -32,6 +33,7 @@ inline void register_cpu_kernels() {
   register_amp_kernels();
   register_optim_kernels();
   register_attention_kernels();
+  register_int8_kernels();
 }
 
 }  // namespace loom::cpu

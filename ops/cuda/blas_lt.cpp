@@ -83,6 +83,21 @@ void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, co
   LOOM_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
 }
 
+// The heuristic's algorithm for a plan's descriptors (found = false when there is none).
+void find_algorithm(cublasLtHandle_t handle, Plan& p) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  LOOM_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  LOOM_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                           &kMaxWorkspaceBytes, sizeof(kMaxWorkspaceBytes)));
+  int found = 0;
+  const cublasStatus_t s =
+      cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &p.heuristic, &found);
+  LOOM_CUBLASLT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  // No algorithm is an answer (the caller falls back), not an error; anything else is.
+  if (s != CUBLAS_STATUS_NOT_SUPPORTED) LOOM_CUBLASLT_CHECK(s);
+  p.found = s == CUBLAS_STATUS_SUCCESS && found > 0;
+}
+
 Plan make_plan(cublasLtHandle_t handle, const LtGemm& g, cublasComputeType_t compute) {
   const cudaDataType_t type = gemm_data_type(g.dtype, "cuBLASLt GEMM");
   const bool f64 = compute == CUBLAS_COMPUTE_64F;
@@ -104,21 +119,64 @@ Plan make_plan(cublasLtHandle_t handle, const LtGemm& g, cublasComputeType_t com
   p.b = make_layout(type, tb ? g.n : g.k, tb ? g.k : g.n, g.ldb, g.batch, g.stride_b);
   p.c = make_layout(type, g.m, g.n, g.ldd, g.batch, g.stride_d);
 
-  cublasLtMatmulPreference_t pref = nullptr;
-  LOOM_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  LOOM_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                           &kMaxWorkspaceBytes, sizeof(kMaxWorkspaceBytes)));
-  int found = 0;
-  const cublasStatus_t s =
-      cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &p.heuristic, &found);
-  LOOM_CUBLASLT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-  // No algorithm is an answer (the caller falls back), not an error; anything else is.
-  if (s != CUBLAS_STATUS_NOT_SUPPORTED) LOOM_CUBLASLT_CHECK(s);
-  p.found = s == CUBLAS_STATUS_SUCCESS && found > 0;
+  find_algorithm(handle, p);
   return p;
 }
 
+// The process's handle and the lock every use of it and of the plan caches takes.
+std::mutex& lt_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+cublasLtHandle_t lt_handle() {  // call with lt_mutex() held
+  static cublasLtHandle_t handle = nullptr;
+  if (handle == nullptr) LOOM_CUBLASLT_CHECK(cublasLtCreate(&handle));
+  return handle;
+}
+
+// Runs a found plan with alpha = 1 and beta = 0 of the plan's scale type, with the workspace
+// its algorithm asked for.
+void run_plan(const Plan& p, const void* one, const void* zero, const void* a, const void* b, void* d,
+              cudaStream_t stream) {
+  const size_t ws_bytes = p.heuristic.workspaceSize;
+  Tensor workspace;  // from the caching allocator; freed for reuse once the stream is past this GEMM
+  if (ws_bytes > 0)
+    workspace = empty({static_cast<int64_t>(ws_bytes)}, TensorOptions(DType::UInt8).device(Device::cuda()));
+  LOOM_CUBLASLT_CHECK(cublasLtMatmul(lt_handle(), p.desc, one, a, p.a, b, p.b, zero, d, p.c, d, p.c,
+                                     &p.heuristic.algo, ws_bytes > 0 ? workspace.data_ptr() : nullptr, ws_bytes,
+                                     stream));
+}
+
 }  // namespace
+
+void lt_matmul_int8(const LtInt8Gemm& g, cudaStream_t stream) {
+  for (int64_t v : {g.m, g.n, g.k, g.lda, g.ldb, g.ldd})
+    LOOM_CHECK(v >= 0 && v <= INT_MAX, "cuBLASLt INT8 GEMM: size ", v, " does not fit cuBLASLt's 32-bit limits");
+  LOOM_CHECK(g.m % 4 == 0 && g.k % 4 == 0 && g.lda % 4 == 0 && g.ldb % 4 == 0 && g.ldd % 4 == 0,
+             "cuBLASLt INT8 GEMM: m, k and the leading dimensions must be multiples of 4, got m ", g.m, ", k ",
+             g.k, ", lda ", g.lda, ", ldb ", g.ldb, ", ldd ", g.ldd);
+  // Never destroyed, as lt_matmul's cache.
+  static auto& cache = *new std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>, Plan>();
+  std::lock_guard<std::mutex> lock(lt_mutex());
+  const auto key = std::make_tuple(g.m, g.n, g.k, g.lda, g.ldb, g.ldd);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    Plan p;
+    LOOM_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32I, CUDA_R_32I));
+    set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(CUBLAS_OP_T));
+    set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(CUBLAS_OP_N));
+    p.a = make_layout(CUDA_R_8I, g.k, g.m, g.lda, 1, 0);
+    p.b = make_layout(CUDA_R_8I, g.k, g.n, g.ldb, 1, 0);
+    p.c = make_layout(CUDA_R_32I, g.m, g.n, g.ldd, 1, 0);
+    find_algorithm(lt_handle(), p);
+    it = cache.emplace(key, p).first;
+  }
+  const Plan& p = it->second;
+  LOOM_CHECK(p.found, "cuBLASLt INT8 GEMM: no algorithm for m ", g.m, ", n ", g.n, ", k ", g.k);
+  const int32_t one = 1, zero = 0;
+  run_plan(p, &one, &zero, g.a, g.b, g.d, stream);
+}
 
 bool lt_matmul(const LtGemm& g, cudaStream_t stream) {
   for (int64_t v : {g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.batch})
@@ -126,35 +184,25 @@ bool lt_matmul(const LtGemm& g, cudaStream_t stream) {
   const cublasComputeType_t compute = g.dtype == DType::Float64                   ? CUBLAS_COMPUTE_64F
                                       : g.dtype == DType::Float32 && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                                                   : CUBLAS_COMPUTE_32F;
-  static std::mutex mutex;
-  static cublasLtHandle_t handle = nullptr;
   // Never destroyed, like the handle: at exit the runtime may be gone before the descriptors
   // could be freed, and a map destroyed without freeing them would leak them (LeakSanitizer).
   static auto& cache = *new std::map<Key, Plan>();
-  std::lock_guard<std::mutex> lock(mutex);
-  if (handle == nullptr) LOOM_CUBLASLT_CHECK(cublasLtCreate(&handle));
+  std::lock_guard<std::mutex> lock(lt_mutex());
   const Key key{static_cast<int>(g.transa), static_cast<int>(g.transb), g.m, g.n, g.k, g.lda, g.stride_a, g.ldb,
                 g.stride_b, g.ldd, g.stride_d, g.batch, static_cast<int>(g.dtype), static_cast<int>(lt_epilogue(g)),
                 compute == CUBLAS_COMPUTE_32F_FAST_TF32, g.aux_ld, g.aux_stride};
   auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, make_plan(handle, g, compute)).first;
+  if (it == cache.end()) it = cache.emplace(key, make_plan(lt_handle(), g, compute)).first;
   const Plan& p = it->second;
   if (!p.found) return false;
 
   if (g.bias) set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
   if (g.aux) set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
-  const size_t ws_bytes = p.heuristic.workspaceSize;
-  Tensor workspace;  // from the caching allocator; freed for reuse once the stream is past this GEMM
-  if (ws_bytes > 0)
-    workspace = empty({static_cast<int64_t>(ws_bytes)}, TensorOptions(DType::UInt8).device(Device::cuda()));
   const double one_d = 1.0, zero_d = 0.0;
   const float one_f = 1.0f, zero_f = 0.0f;
   const bool f64 = compute == CUBLAS_COMPUTE_64F;
-  const void* alpha = f64 ? static_cast<const void*>(&one_d) : static_cast<const void*>(&one_f);
-  const void* beta = f64 ? static_cast<const void*>(&zero_d) : static_cast<const void*>(&zero_f);
-  LOOM_CUBLASLT_CHECK(cublasLtMatmul(handle, p.desc, alpha, g.a, p.a, g.b, p.b, beta, g.d, p.c, g.d, p.c,
-                                     &p.heuristic.algo, ws_bytes > 0 ? workspace.data_ptr() : nullptr, ws_bytes,
-                                     stream));
+  run_plan(p, f64 ? static_cast<const void*>(&one_d) : static_cast<const void*>(&one_f),
+           f64 ? static_cast<const void*>(&zero_d) : static_cast<const void*>(&zero_f), g.a, g.b, g.d, stream);
   return true;
 }
 

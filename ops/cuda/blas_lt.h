@@ -45,4 +45,21 @@ struct LtGemm {
 // so that the caller can fall back to cuBLAS; throws loom::Error when a cuBLASLt call fails.
 bool lt_matmul(const LtGemm& g, cudaStream_t stream = nullptr);
 
+// cuBLASLt's INT8 GEMM (the IMMA tensor-core kernels), column-major: D (int32, m x n, ld ldd) =
+// A^T B for A int8 k x m (ld lda) and B int8 k x n (ld ldb), exact in int32. "TN" is the only
+// form cuBLASLt offers for int8 in its regular ordering, and it asks for m, k and every leading
+// dimension to be multiples of 4 and the pointers 4-byte aligned: the caller pads (see
+// ops/cuda/int8_kernels.cpp). Throws loom::Error naming the problem otherwise, or when a
+// cuBLASLt call fails.
+struct LtInt8Gemm {
+  int64_t m = 0, n = 0, k = 0;
+  const int8_t* a = nullptr;
+  int64_t lda = 0;
+  const int8_t* b = nullptr;
+  int64_t ldb = 0;
+  int32_t* d = nullptr;
+  int64_t ldd = 0;
+};
+void lt_matmul_int8(const LtInt8Gemm& g, cudaStream_t stream = nullptr);
+
 }  // namespace loom::cuda

@@ -45,6 +45,11 @@ const std::map<Op, const char*> kNonDifferentiable = {
     {Op::fused_sgd_, "the optimizer's in-place step, outside the graph"},
     {Op::foreach_norm_reduce, "clip_grad_norm_'s pass over the gradients, outside the graph"},
     {Op::foreach_mul_, "clip_grad_norm_'s in-place scaling of the gradients, outside the graph"},
+    {Op::int8_linear, "INT8 inference (QuantizedModel): integer inputs, rounded output"},
+    {Op::int8_im2col, "INT8 inference: gathers uint8 values"},
+    {Op::int8_max_pool2d, "INT8 inference: integer input and output"},
+    {Op::quantize_per_tensor, "rounds to integers (QAT's gradient is fake_quantize's, in quant/)"},
+    {Op::dequantize_per_tensor, "integer input"},
 };
 
 }  // namespace

@@ -2,7 +2,9 @@
  * The emulated cuBLASLt (core/cuda/emulated/cublasLt.h): the epilogues Loom uses against a host
  * reference (BIAS, RELU_BIAS, GELU_AUX_BIAS with its aux matrix, BGRADB, a batch), and each
  * rejection the cuBLASLt documentation lists for what Loom could get wrong, with cuBLASLt's
- * status. Emulated build only: these pin the emulation's contract (a GPU runs the op tests).
+ * status; the INT8 GEMM (s8 x s8 -> s32, and -> s8 with a float scale) against integer sums, with
+ * the layout rules cuBLASLt imposes on it. Emulated build only: these pin the emulation's contract
+ * (a GPU runs the op tests).
  */
 #include <doctest/doctest.h>
 
@@ -10,9 +12,11 @@
 #include <cublasLt.h>  // the emulated one defines LOOM_CUDA_EMULATED (through cuda_runtime_api.h)
 #endif
 #if defined(LOOM_CUDA_EMULATED)
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "ops/cuda/blas_lt.h"
 #include "ops/ops.h"
 #include "tests/gpu_test.h"
 
@@ -207,6 +211,156 @@ TEST_CASE("emulated cuBLASLt: what cuBLASLt rejects, with its status") {
     CHECK(cublasLtMatmul(g.handle, g.desc, &one, g.A.ptr(), g.a, g.B.ptr(), g.b, &zero, g.D.ptr(), g.d, g.D.ptr(),
                          g.d, &r.algo, ws.ptr(), r.workspaceSize, nullptr) == CUBLAS_STATUS_SUCCESS);
   }
+}
+
+namespace {
+
+// D (m x n, column-major) = A^T B for int8 A (k x m, ld lda) and B (k x n, ld ldb): cuBLASLt's
+// INT8 "TN" form. Host copies of A and B for the reference sums.
+struct Int8Gemm {
+  int64_t m, n, k, lda, ldb;
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  std::vector<int8_t> ha, hb;
+  Tensor A, B, D;
+
+  Int8Gemm(int64_t m_, int64_t n_, int64_t k_, int64_t lda_, int64_t ldb_, cudaDataType d_type = CUDA_R_32I,
+           cudaDataType scale_type = CUDA_R_32I)
+      : m(m_), n(n_), k(k_), lda(lda_), ldb(ldb_) {
+    for (int64_t i = 0; i < lda * m; ++i) ha.push_back(static_cast<int8_t>(i == 0 ? -128 : (i * 37) % 256 - 128));
+    for (int64_t i = 0; i < ldb * n; ++i) hb.push_back(static_cast<int8_t>(i == 0 ? -128 : (i * 91) % 256 - 128));
+    A = tensor(ha, {lda * m}).to(Device::cuda());
+    B = tensor(hb, {ldb * n}).to(Device::cuda());
+    D = zeros({m * n}, TensorOptions(d_type == CUDA_R_32I ? kInt32 : kInt8).device(Device::cuda()));
+    REQUIRE(cublasLtCreate(&handle) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32I, scale_type) == CUBLAS_STATUS_SUCCESS);
+    set(CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(CUBLAS_OP_T));
+    REQUIRE(cublasLtMatrixLayoutCreate(&a, CUDA_R_8I, k, m, lda) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(cublasLtMatrixLayoutCreate(&b, CUDA_R_8I, k, n, ldb) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(cublasLtMatrixLayoutCreate(&d, d_type, m, n, m) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS);
+  }
+  ~Int8Gemm() {
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(a);
+    cublasLtMatrixLayoutDestroy(b);
+    cublasLtMatrixLayoutDestroy(d);
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtDestroy(handle);
+  }
+  template <class T>
+  void set(cublasLtMatmulDescAttributes_t attr, const T& v) {
+    REQUIRE(cublasLtMatmulDescSetAttribute(desc, attr, &v, sizeof(v)) == CUBLAS_STATUS_SUCCESS);
+  }
+  cublasStatus_t heuristic() {
+    cublasLtMatmulHeuristicResult_t r{};
+    int found = 0;
+    return cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, d, d, pref, 1, &r, &found);
+  }
+  template <class Scale>
+  cublasStatus_t run(Scale alpha, const void* a_ptr = nullptr) {
+    const Scale beta = 0;
+    return cublasLtMatmul(handle, desc, &alpha, a_ptr ? a_ptr : A.data_ptr(), a, B.data_ptr(), b, &beta, D.data_ptr(),
+                          d, D.data_ptr(), d, nullptr, nullptr, 0, nullptr);
+  }
+  int64_t sum(int64_t i, int64_t j) const {
+    int64_t s = 0;
+    for (int64_t q = 0; q < k; ++q) s += int64_t{ha[static_cast<size_t>(q + i * lda)]} * hb[static_cast<size_t>(q + j * ldb)];
+    return s;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("emulated cuBLASLt INT8: s8 x s8 -> s32 (TN) is the exact integer sum, padded leading dimensions too") {
+  LOOM_REQUIRE_GPU();
+  for (int64_t ld : {12, 16}) {
+    CAPTURE(ld);
+    Int8Gemm g(8, 3, 12, ld, ld);
+    REQUIRE(g.heuristic() == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(g.run(int32_t{1}) == CUBLAS_STATUS_SUCCESS);
+    std::vector<int32_t> out = g.D.to(kCPU).to_vector<int32_t>();
+    for (int64_t j = 0; j < 3; ++j)
+      for (int64_t i = 0; i < 8; ++i) CHECK(out[static_cast<size_t>(i + j * 8)] == g.sum(i, j));
+  }
+}
+
+TEST_CASE("emulated cuBLASLt INT8: s8 x s8 -> s8 with a float scale rounds half to even and saturates") {
+  LOOM_REQUIRE_GPU();
+  Int8Gemm g(4, 5, 8, 8, 8, CUDA_R_8I, CUDA_R_32F);
+  REQUIRE(g.heuristic() == CUBLAS_STATUS_SUCCESS);
+  const float alpha = 1.0f / 256.0f;  // exact: the products of k / 256 end in .5 often enough
+  REQUIRE(g.run(alpha) == CUBLAS_STATUS_SUCCESS);
+  std::vector<int8_t> out = g.D.to(kCPU).to_vector<int8_t>();
+  for (int64_t j = 0; j < 5; ++j)
+    for (int64_t i = 0; i < 4; ++i) {
+      const double want = std::nearbyint(std::clamp(static_cast<double>(g.sum(i, j)) / 256.0, -128.0, 127.0));
+      CHECK(out[static_cast<size_t>(i + j * 4)] == static_cast<int8_t>(want));
+    }
+}
+
+TEST_CASE("emulated cuBLASLt INT8: what cuBLASLt's IMMA path rejects, with its status") {
+  LOOM_REQUIRE_GPU();
+  SUBCASE("not TN (A not transposed)") {
+    Int8Gemm g(8, 3, 12, 12, 12);
+    g.set(CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(CUBLAS_OP_N));
+    cublasLtMatrixLayoutDestroy(g.a);
+    REQUIRE(cublasLtMatrixLayoutCreate(&g.a, CUDA_R_8I, 8, 12, 8) == CUBLAS_STATUS_SUCCESS);
+    CHECK(g.heuristic() == CUBLAS_STATUS_NOT_SUPPORTED);
+    CHECK(g.run(int32_t{1}) == CUBLAS_STATUS_NOT_SUPPORTED);
+  }
+  SUBCASE("B transposed") {
+    Int8Gemm g(8, 4, 12, 12, 12);
+    g.set(CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(CUBLAS_OP_T));
+    cublasLtMatrixLayoutDestroy(g.b);
+    REQUIRE(cublasLtMatrixLayoutCreate(&g.b, CUDA_R_8I, 4, 12, 4) == CUBLAS_STATUS_SUCCESS);
+    CHECK(g.heuristic() == CUBLAS_STATUS_NOT_SUPPORTED);
+  }
+  SUBCASE("m or k not a multiple of 4") {
+    Int8Gemm rows(6, 3, 12, 12, 12), depth(8, 3, 10, 12, 12);
+    CHECK(rows.heuristic() == CUBLAS_STATUS_NOT_SUPPORTED);
+    CHECK(depth.heuristic() == CUBLAS_STATUS_NOT_SUPPORTED);
+  }
+  SUBCASE("a leading dimension not a multiple of 4") {
+    Int8Gemm g(8, 3, 12, 14, 12);
+    CHECK(g.heuristic() == CUBLAS_STATUS_NOT_SUPPORTED);
+    CHECK(g.run(int32_t{1}) == CUBLAS_STATUS_NOT_SUPPORTED);
+  }
+  SUBCASE("a pointer that is not 4-byte aligned") {
+    Int8Gemm g(8, 3, 12, 12, 12);
+    REQUIRE(g.heuristic() == CUBLAS_STATUS_SUCCESS);
+    CHECK(g.run(int32_t{1}, static_cast<const int8_t*>(g.A.data_ptr()) + 1) == CUBLAS_STATUS_NOT_SUPPORTED);
+  }
+  SUBCASE("types outside the table: int32 D with a float scale, int8 D with an int scale, float A") {
+    Int8Gemm f32_scale(8, 3, 12, 12, 12, CUDA_R_32I, CUDA_R_32F), i32_scale(8, 3, 12, 12, 12, CUDA_R_8I, CUDA_R_32I);
+    CHECK(f32_scale.heuristic() == CUBLAS_STATUS_NOT_SUPPORTED);
+    CHECK(i32_scale.heuristic() == CUBLAS_STATUS_NOT_SUPPORTED);
+    Int8Gemm g(8, 3, 12, 12, 12);
+    const auto t = static_cast<uint32_t>(CUDA_R_32F);
+    for (auto* l : {g.a, g.b})
+      REQUIRE(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_TYPE, &t, sizeof(t)) == CUBLAS_STATUS_SUCCESS);
+    CHECK(g.heuristic() == CUBLAS_STATUS_NOT_SUPPORTED);
+  }
+  SUBCASE("an epilogue (none is offered here for INT8)") {
+    Int8Gemm g(8, 3, 12, 12, 12);
+    g.set(CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(CUBLASLT_EPILOGUE_RELU));
+    CHECK(g.heuristic() == CUBLAS_STATUS_NOT_SUPPORTED);
+  }
+}
+
+TEST_CASE("cuBLASLt INT8 wrapper: sizes that break cuBLASLt's multiple-of-4 rule are an error, not a wrong result") {
+  LOOM_REQUIRE_GPU();
+  Tensor a = zeros({64}, TensorOptions(kInt8).device(Device::cuda()));
+  Tensor d = zeros({64}, TensorOptions(kInt32).device(Device::cuda()));
+  cuda::LtInt8Gemm g{.m = 6, .n = 2, .k = 4, .a = a.data_ptr<int8_t>(), .lda = 4, .b = a.data_ptr<int8_t>(),
+                     .ldb = 4, .d = d.data_ptr<int32_t>(), .ldd = 6};
+  CHECK_THROWS_WITH(cuda::lt_matmul_int8(g), doctest::Contains("multiples of 4"));
+  g.m = 8;
+  g.ldd = 8;
+  cuda::lt_matmul_int8(g);
+  CHECK(d.to(kCPU).to_vector<int32_t>() == std::vector<int32_t>(64, 0));
 }
 
 #endif  // LOOM_CUDA_EMULATED

@@ -19,11 +19,21 @@
  * bias or aux type the epilogue does not take (CUBLAS_STATUS_NOT_SUPPORTED, and no algorithm
  * from the heuristic). Emulator limits, also CUBLAS_STATUS_NOT_SUPPORTED: row-major order and
  * the bit-mask (RELU_AUX, DRELU) and DGELU epilogues, which Loom does not use.
+ *
+ * INT8 (IMMA): A and B CUDA_R_8I with CUBLAS_COMPUTE_32I(_PEDANTIC), and either C/D CUDA_R_32I
+ * with scale type CUDA_R_32I (D = alpha * sum + beta * C, exact in int32, wrapping as the
+ * hardware's adders do) or C/D CUDA_R_8I with scale type CUDA_R_32F (D = the float alpha * sum
+ * + beta * C rounded half to even and saturated to [-128, 127]), the two rows of cuBLASLt's
+ * table for regular (column-major) ordering. cuBLASLt's requirements for that ordering are
+ * enforced with CUBLAS_STATUS_NOT_SUPPORTED: only "TN" (A transposed, B not), m and k multiples
+ * of 4, leading dimensions of A, B, C and D multiples of 4, every matrix pointer 4-byte aligned.
+ * No epilogue is emulated for INT8 (Loom requantizes in its own kernel).
  */
 #include <cublasLt.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "core/cuda/emulated/device_memory.h"
@@ -111,8 +121,15 @@ bool supported_types(int32_t ab, int32_t cd, int32_t compute, int32_t scale) {
     case CUBLAS_COMPUTE_64F:
     case CUBLAS_COMPUTE_64F_PEDANTIC:
       return scale == CUDA_R_64F && ab == CUDA_R_64F && cd == CUDA_R_64F;
+    case CUBLAS_COMPUTE_32I:
+    case CUBLAS_COMPUTE_32I_PEDANTIC:
+      return ab == CUDA_R_8I && ((scale == CUDA_R_32I && cd == CUDA_R_32I) || (scale == CUDA_R_32F && cd == CUDA_R_8I));
   }
   return false;
+}
+
+bool is_int8(const cublasLtMatmulDescOpaque_t* desc) {
+  return desc->compute == CUBLAS_COMPUTE_32I || desc->compute == CUBLAS_COMPUTE_32I_PEDANTIC;
 }
 
 // A bias (or bias gradient) vector or GELU aux matrix takes D's type; a 16-bit D also takes float.
@@ -150,6 +167,15 @@ cublasStatus_t check_problem(const cublasLtMatmulDescOpaque_t* desc, const cubla
                        desc->scale))
     return CUBLAS_STATUS_NOT_SUPPORTED;
   const uint32_t e = desc->epilogue;
+  if (is_int8(desc)) {
+    // IMMA with regular ordering: TN only, m, k and every leading dimension multiples of 4.
+    if (desc->transa != CUBLAS_OP_T || desc->transb != CUBLAS_OP_N || p.m % 4 != 0 || p.k % 4 != 0)
+      return CUBLAS_STATUS_NOT_SUPPORTED;
+    for (const auto* l : {a, b, c, d})
+      if (l->ld % 4 != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (e != CUBLASLT_EPILOGUE_DEFAULT) return CUBLAS_STATUS_NOT_SUPPORTED;
+    return CUBLAS_STATUS_SUCCESS;
+  }
   if (!implemented_epilogue(e)) return CUBLAS_STATUS_NOT_SUPPORTED;
   const int32_t d_type = static_cast<int32_t>(d->type);
   if (has_bias(e) || has_bgrad(e)) {
@@ -185,6 +211,56 @@ int64_t matrix_extent(const cublasLtMatrixLayoutOpaque_t* l) {  // elements a st
   if (l->rows == 0 || l->cols == 0 || l->batch == 0) return 0;
   return (l->batch - 1) * l->batch_stride + (static_cast<int64_t>(l->cols) - 1) * l->ld +
          static_cast<int64_t>(l->rows);
+}
+
+// The INT8 product (see the file comment), after check_problem accepted it: sum_q A[q, i] B[q, j]
+// (A transposed) in int32 per batch, then D from it, alpha, beta and C.
+cublasStatus_t int8_matmul(const Problem& p, const void* alpha,
+                           const void* A, const cublasLtMatrixLayoutOpaque_t* a, const void* B,
+                           const cublasLtMatrixLayoutOpaque_t* b, const void* beta, const void* C,
+                           const cublasLtMatrixLayoutOpaque_t* c, void* D, const cublasLtMatrixLayoutOpaque_t* d) {
+  for (const void* ptr : {A, B, C, static_cast<const void*>(D)})
+    if (reinterpret_cast<uintptr_t>(ptr) % 4 != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+  const bool int_out = d->type == CUDA_R_32I;
+  const auto d_type = static_cast<cudaDataType>(d->type);
+  int32_t alpha_i = 0, beta_i = 0;
+  float alpha_f = 0, beta_f = 0;
+  if (int_out) {
+    std::memcpy(&alpha_i, alpha, sizeof(alpha_i));
+    std::memcpy(&beta_i, beta, sizeof(beta_i));
+  } else {
+    std::memcpy(&alpha_f, alpha, sizeof(alpha_f));
+    std::memcpy(&beta_f, beta, sizeof(beta_f));
+  }
+  const bool reads_c = int_out ? beta_i != 0 : beta_f != 0;
+  check_device("A", A, matrix_extent(a), CUDA_R_8I);
+  check_device("B", B, matrix_extent(b), CUDA_R_8I);
+  check_device("D", D, matrix_extent(d), d_type);
+  if (reads_c) check_device("C", C, matrix_extent(c), d_type);
+  loom_emu::DeviceAccess access;
+  const auto* ap = static_cast<const int8_t*>(A);
+  const auto* bp = static_cast<const int8_t*>(B);
+  for (int bt = 0; bt < p.batch; ++bt)
+    for (int64_t j = 0; j < p.n; ++j)
+      for (int64_t i = 0; i < p.m; ++i) {
+        // Unsigned arithmetic: int32 wraps on overflow, as the tensor cores' adders do.
+        uint32_t sum = 0;
+        for (int64_t q = 0; q < p.k; ++q)
+          sum += static_cast<uint32_t>(int32_t{ap[bt * a->batch_stride + q + i * a->ld]} *
+                                       int32_t{bp[bt * b->batch_stride + q + j * b->ld]});
+        const int64_t c_at = bt * c->batch_stride + i + j * c->ld, d_at = bt * d->batch_stride + i + j * d->ld;
+        if (int_out) {
+          uint32_t v = static_cast<uint32_t>(alpha_i) * sum;
+          if (reads_c) v += static_cast<uint32_t>(beta_i) * static_cast<uint32_t>(static_cast<const int32_t*>(C)[c_at]);
+          static_cast<int32_t*>(D)[d_at] = static_cast<int32_t>(v);
+        } else {
+          float v = alpha_f * static_cast<float>(static_cast<int32_t>(sum));
+          if (reads_c) v += beta_f * static_cast<float>(static_cast<const int8_t*>(C)[c_at]);
+          v = std::nearbyint(std::min(127.0f, std::max(-128.0f, v)));
+          static_cast<int8_t*>(D)[d_at] = static_cast<int8_t>(v);
+        }
+      }
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 double gelu_tanh(double x, bool f64) {
@@ -377,6 +453,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
   if (workspaceSizeInBytes < algo_workspace || (algo_workspace > 0 && workspace == nullptr))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (p.m == 0 || p.n == 0 || p.batch == 0) return CUBLAS_STATUS_SUCCESS;
+  if (is_int8(desc)) return int8_matmul(p, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc);
 
   const bool f64 = double_accumulator(desc);
   const double alpha_v = f64 ? *static_cast<const double*>(alpha) : *static_cast<const float*>(alpha);

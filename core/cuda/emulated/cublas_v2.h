@@ -16,6 +16,8 @@ typedef enum cudaDataType_t {
   CUDA_R_32F = 0,
   CUDA_R_64F = 1,
   CUDA_R_16F = 2,
+  CUDA_R_8I = 3,    // cuBLASLt INT8 (IMMA) only
+  CUDA_R_32I = 10,  // cuBLASLt INT8 (IMMA) only
   CUDA_R_16BF = 14,
 } cudaDataType_t;
 typedef cudaDataType_t cudaDataType;
@@ -58,6 +60,8 @@ typedef enum {
   CUBLAS_COMPUTE_32F_PEDANTIC = 69,
   CUBLAS_COMPUTE_64F = 70,
   CUBLAS_COMPUTE_64F_PEDANTIC = 71,
+  CUBLAS_COMPUTE_32I = 72,           // cuBLASLt INT8 (IMMA) only
+  CUBLAS_COMPUTE_32I_PEDANTIC = 73,  // cuBLASLt INT8 (IMMA) only
   CUBLAS_COMPUTE_32F_FAST_16F = 74,
   CUBLAS_COMPUTE_32F_FAST_16BF = 75,
   CUBLAS_COMPUTE_32F_FAST_TF32 = 77,

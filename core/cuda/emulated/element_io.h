@@ -23,7 +23,10 @@ inline size_t type_size(cudaDataType t) {
     case CUDA_R_64F:
       return 8;
     case CUDA_R_32F:
+    case CUDA_R_32I:
       return 4;
+    case CUDA_R_8I:
+      return 1;
     default:
       return 2;
   }
