@@ -104,9 +104,38 @@ QuantizedModel::QuantizedModel(std::vector<Stage> stages, std::map<std::string, 
   }
 }
 
+std::shared_ptr<QuantizedModel> QuantizedModel::to(Device device) const {
+  auto moved = std::make_shared<QuantizedModel>(*this);
+  moved->device_ = device;
+  moved->device_layers_.clear();
+  if (device.is_cpu()) return moved;
+  moved->device_layers_.resize(stages_.size());
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    const Stage& s = stages_[i];
+    try {
+      if (s.linear) moved->device_layers_[i] = detail::device_layer(*s.linear, device);
+      if (s.conv) moved->device_layers_[i] = detail::device_layer(*s.conv, device);
+    } catch (const Error& e) {
+      throw Error("QuantizedModel::to: stage " + std::to_string(i) + " (from '" + s.source + "'): " + e.what());
+    }
+  }
+  return moved;
+}
+
+Tensor QuantizedModel::forward_stage(size_t i, const Tensor& h) const {
+  const Stage& s = stages_[i];
+  if (!device_.is_cpu()) return detail::run_device_layer(device_layers_[i], h);
+  // A float input (the model's first layer) is quantized by the kernel with its own input
+  // qparams; an integer one must carry them already.
+  return s.linear ? s.linear->forward(h) : s.conv->forward(h);
+}
+
 Tensor QuantizedModel::forward(const Tensor& x) const {
   LOOM_CHECK(x.defined() && x.dtype() == DType::Float32, "QuantizedModel: expected a Float32 input, got ",
              x.defined() ? dtype_name(x.dtype()) : "an undefined tensor");
+  LOOM_CHECK(x.device() == device_, "QuantizedModel: the model is on ", device_, " but the input is on ",
+             x.device());
+  const bool cpu = device_.is_cpu();
   NoGradGuard no_grad;
   Tensor h = x.contiguous();
   Activation act;
@@ -116,18 +145,22 @@ Tensor QuantizedModel::forward(const Tensor& x) const {
       switch (s.kind) {
         case Kind::Linear:
         case Kind::Conv2d: {
-          // A float input (the model's first layer) is quantized by the kernel with its own
-          // input qparams; an integer one must carry them already.
-          h = s.linear ? s.linear->forward(h) : s.conv->forward(h);
+          h = forward_stage(i, h);
           const Int8Output& out = params_of(s).output;
           act = {out.dtype != DType::Float32, out.scale, out.zero_point};
-          if (act.quantized && s.output_quant_max < 255) h = clamp_u8(h, 0, s.output_quant_max, /*owned=*/true);
+          if (act.quantized && s.output_quant_max < 255)
+            h = cpu ? clamp_u8(h, 0, s.output_quant_max, /*owned=*/true) : clamp(h, 0, s.output_quant_max);
           break;
         }
         case Kind::MaxPool2d:
-          h = act.quantized ? int8_max_pool2d(h, s.pool_kernel, s.pool_stride, s.pool_padding)
-                            : max_pool2d(h, {s.pool_kernel, s.pool_kernel}, {s.pool_stride, s.pool_stride},
-                                         {s.pool_padding, s.pool_padding});
+          if (!act.quantized)
+            h = max_pool2d(h, {s.pool_kernel, s.pool_kernel}, {s.pool_stride, s.pool_stride},
+                           {s.pool_padding, s.pool_padding});
+          else if (cpu)
+            h = int8_max_pool2d(h, s.pool_kernel, s.pool_stride, s.pool_padding);
+          else
+            h = loom::int8_max_pool2d(h, {s.pool_kernel, s.pool_kernel}, {s.pool_stride, s.pool_stride},
+                                      {s.pool_padding, s.pool_padding});
           break;
         case Kind::Flatten:
           LOOM_CHECK(h.dim() >= 2, "expected at least [N, F], got ", h.sizes());
@@ -135,7 +168,10 @@ Tensor QuantizedModel::forward(const Tensor& x) const {
           break;
         case Kind::ReLU:
           // max(x, 0) in real terms is max(q, zero_point) in integers.
-          h = act.quantized ? clamp_u8(h, act.zero_point, 255, /*owned=*/false) : h.relu();
+          if (!act.quantized)
+            h = h.relu();
+          else
+            h = cpu ? clamp_u8(h, act.zero_point, 255, /*owned=*/false) : clamp(h, act.zero_point, 255);
           break;
       }
     } catch (const Error& e) {
@@ -143,7 +179,9 @@ Tensor QuantizedModel::forward(const Tensor& x) const {
                   "'): " + e.what());
     }
   }
-  return act.quantized ? dequantize_per_tensor_fast(h, act.scale, act.zero_point) : h;
+  if (!act.quantized) return h;
+  return cpu ? dequantize_per_tensor_fast(h, act.scale, act.zero_point)
+             : dequantize_per_tensor(h, act.scale, act.zero_point);
 }
 
 int64_t QuantizedModel::weight_bytes() const {

@@ -11,6 +11,10 @@
  * convolution and pooling kernels are fastest in that layout, so no reorder runs between them
  * (2.0 vs 3.0 ms for SmallCNN's layers at batch 64).
  *
+ * to(Device::cuda()) gives a copy that runs on the GPU: the same stages through the INT8 ops of
+ * ops/int8_ops.h (cuBLASLt's INT8 GEMM; convolutions as im2col + that GEMM), with the same
+ * scales, biases and rounding as the CPU's kernels (quant/device_layers.h).
+ *
  * The file is a safetensors file: for every layer i with weights, "stages.i.weight" (I8),
  * "stages.i.weight_scale" (F32, per output channel or one) and "stages.i.bias" (F32), and in the
  * header metadata "loom.quantized" = JSON describing the stages and every activation's scale and
@@ -28,6 +32,7 @@
 
 #include "core/tensor.h"
 #include "nn/serialize/safetensors.h"
+#include "quant/device_layers.h"
 #include "quant/kernels/int8_conv2d.h"
 #include "quant/kernels/int8_linear.h"
 #include "quant/stage_kind.h"
@@ -53,8 +58,9 @@ class QuantizedModel {
 
   QuantizedModel(std::vector<Stage> stages, std::map<std::string, std::string> metadata = {});
 
-  // x: Float32 input as the float model took it ([N, C, H, W] images, or [N, F]) -> Float32
-  // logits. Throws loom::Error naming the stage and the shapes on a mismatch.
+  // x: Float32 input as the float model took it ([N, C, H, W] images, or [N, F]), on device()
+  // -> Float32 logits on device(). Throws loom::Error naming the stage and the shapes on a
+  // mismatch, or the devices when x is on another one.
   Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
 
@@ -69,6 +75,13 @@ class QuantizedModel {
   // download); `name` is what errors call it.
   static std::shared_ptr<QuantizedModel> from_safetensors(nn::SafetensorsFile file, const std::string& name);
 
+  // A copy of the model that runs on `device` (the CPU: oneDNN's int8 kernels; CUDA: the INT8
+  // ops, with its integer weights copied to the GPU once). It shares the stages (and so saves
+  // and prints the same). Throws loom::Error for a stage with no path there (a grouped
+  // convolution on CUDA), or when the build has no such device.
+  std::shared_ptr<QuantizedModel> to(Device device) const;
+  Device device() const { return device_; }
+
   const std::vector<Stage>& stages() const { return stages_; }
   // Bytes of the integer weights, scales and biases (what the file holds besides its header).
   int64_t weight_bytes() const;
@@ -78,8 +91,12 @@ class QuantizedModel {
   std::string to_string() const;
 
  private:
+  Tensor forward_stage(size_t i, const Tensor& h) const;  // a Linear/Conv2d stage on device_
+
   std::vector<Stage> stages_;
   std::map<std::string, std::string> metadata_;
+  Device device_ = Device::cpu();
+  std::vector<detail::DeviceLayer> device_layers_;  // per stage (empty for stages without weights); not on the CPU
 };
 
 }  // namespace loom::quant

@@ -40,6 +40,8 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
   app.add_option("--seed", o.seed, "Seeds calibration sampling and QAT shuffling");
   app.add_flag("--force", o.force, "Replace an existing --out file");
   app.add_option("--json", o.json, "Also write the results table as JSON to this file");
+  app.add_option("--device", o.device, "Measure accuracy and latency on cpu or cuda (calibration runs on the CPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
 
   try {
     app.parse(argc, argv);

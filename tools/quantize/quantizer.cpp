@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/cuda.h"
 #include "core/grad_mode.h"
 #include "core/parallel.h"
 #include "core/random.h"
@@ -57,24 +58,39 @@ std::string default_test_file(const std::map<std::string, std::string>& metadata
   return j.is_object() ? j.value("val", std::string()) : std::string();
 }
 
-// Fraction of correct top-1 predictions of `model` on the whole loader.
+// The device --device names (GPU 0 for cuda), or an input error saying why there is none.
+Device measurement_device(const QuantizeOptions& o) {
+  if (o.device != "cuda") return kCPU;
+  if (!LOOM_WITH_CUDA)
+    fail("--device cuda: this Loom was built without the CUDA backend (configure with -DLOOM_WITH_CUDA=ON, "
+         "or EMULATED to run the CUDA kernels on the CPU)");
+  if (!cuda::is_available()) fail("--device cuda: no usable GPU (no CUDA driver or device on this machine); use --device cpu");
+  return Device::cuda(0);
+}
+
+// Fraction of correct top-1 predictions of `model` (on `device`) on the whole loader.
 template <class Model>
-double accuracy(Model&& model, data::DataLoader& loader) {
+double accuracy(Model&& model, data::DataLoader& loader, Device device) {
   NoGradGuard no_grad;
   int64_t correct = 0, total = 0;
   for (data::Batch& batch : loader) {
-    Tensor logits = model(batch.data);
-    correct += logits.argmax(-1).eq(batch.target).sum().item<int64_t>();
+    Tensor logits = model(batch.data.to(device));
+    correct += logits.argmax(-1).eq(batch.target.to(device)).sum().item<int64_t>();
     total += batch.target.numel();
   }
   return total ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
 }
 
 // Median milliseconds per call over 7 samples of at least ~20 ms each, after a warm-up (the
-// first INT8 calls create oneDNN primitives).
+// first INT8 calls create oneDNN primitives, or cuBLASLt plans). On a GPU every call waits for
+// its kernels to finish (cuda::synchronize): the latency of one inference, not the launch time.
 template <class Fn>
-double latency_ms(Fn&& fn) {
+double latency_ms(Fn&& fn_on_device, Device device) {
   NoGradGuard no_grad;
+  auto fn = [&] {
+    fn_on_device();
+    if (device.is_cuda()) cuda::synchronize();
+  };
   auto start = Clock::now();
   int calls = 0;
   do {
@@ -287,11 +303,24 @@ QuantizeSummary run_quantize(const QuantizeOptions& o, std::ostream& out) {
     timing_batch = batch.data;
     break;
   }
+  // Accuracy and latency are measured on `device`; calibration and QAT run on the CPU, so that the
+  // INT8 model (and --out) is the same whichever device measures it.
+  const Device device = measurement_device(o);
+  std::shared_ptr<nn::Module> device_model = loaded.model;
+  if (!device.is_cpu()) {
+    device_model = nn::load_model(o.model).model;  // a copy for the device; `model` stays on the CPU
+    device_model->eval();
+    device_model->to(device);
+    out << "quantize: measuring accuracy and latency on " << device << " ("
+        << cuda::get_device_properties(device.index()).name << ")\n";
+  }
+  timing_batch = timing_batch.to(device);
   const Tensor single = timing_batch.slice(0, 0, 1).contiguous();
-  summary.f32.accuracy = accuracy(model, test_loader);
+  nn::Module& float_model = *device_model;
+  summary.f32.accuracy = accuracy(float_model, test_loader, device);
   summary.f32.file_bytes = static_cast<int64_t>(fs::file_size(o.model));
-  summary.f32.latency_b1_ms = latency_ms([&] { model(single); });
-  summary.f32.latency_batch_ms = latency_ms([&] { model(timing_batch); });
+  summary.f32.latency_b1_ms = latency_ms([&] { float_model(single); }, device);
+  summary.f32.latency_batch_ms = latency_ms([&] { float_model(timing_batch); }, device);
 
   // ---- post-training quantization ----
   quant::QConfig config{.activation_method = o.method,
@@ -313,12 +342,13 @@ QuantizeSummary run_quantize(const QuantizeOptions& o, std::ostream& out) {
   std::shared_ptr<quant::QuantizedModel> written = ptq;  // what --out holds in the end
   summary.calibration_seconds = seconds_since(start);
 
-  auto measure = [&](const quant::QuantizedModel& q, const fs::path& file) {
+  auto measure = [&](const quant::QuantizedModel& cpu_model, const fs::path& file) {
+    const std::shared_ptr<quant::QuantizedModel> q = cpu_model.to(device);
     ModelReport r;
-    r.accuracy = accuracy(q, test_loader);
+    r.accuracy = accuracy(*q, test_loader, device);
     r.file_bytes = static_cast<int64_t>(fs::file_size(file));
-    r.latency_b1_ms = latency_ms([&] { q(single); });
-    r.latency_batch_ms = latency_ms([&] { q(timing_batch); });
+    r.latency_b1_ms = latency_ms([&] { (*q)(single); }, device);
+    r.latency_batch_ms = latency_ms([&] { (*q)(timing_batch); }, device);
     return r;
   };
   std::map<std::string, std::string> metadata{{"loom.source_model", o.model}};
@@ -330,7 +360,8 @@ QuantizeSummary run_quantize(const QuantizeOptions& o, std::ostream& out) {
   {
     NoGradGuard no_grad;
     auto reloaded = quant::QuantizedModel::load(o.out);
-    LOOM_CHECK(reloaded->forward(timing_batch).ne(ptq->forward(timing_batch)).sum().item<int64_t>() == 0,
+    const Tensor cpu_batch = timing_batch.to(kCPU);
+    LOOM_CHECK(reloaded->forward(cpu_batch).ne(ptq->forward(cpu_batch)).sum().item<int64_t>() == 0,
                "quantize: the written INT8 model ", o.out, " does not reproduce the model in memory");
   }
 
@@ -362,6 +393,7 @@ QuantizeSummary run_quantize(const QuantizeOptions& o, std::ostream& out) {
          {"per_channel", o.per_channel},
          {"bits", o.bits},
          {"batch", o.batch},
+         {"device", o.device},
          {"test_examples", summary.test_examples},
          {"f32", report_json(summary.f32)},
          {"ptq", report_json(summary.ptq)},
