@@ -33,9 +33,14 @@ double clip_grad_norm_across(const std::vector<Tensor>& params, const std::vecto
     Tensor g = p.grad().to(kFloat64);
     squares += g.mul(g).sum().item<double>();
   }
-  Tensor total = loom::full({1}, squares, TensorOptions(kFloat64));
-  for (ProcessGroup* group : groups) group->all_reduce(total);  // waits for the group's other pieces
-  const double norm = std::sqrt(total.item<double>());
+  double total = squares;
+  for (ProcessGroup* group : groups) {
+    // On the group's device: the NCCL backend reduces CUDA tensors only.
+    Tensor sum = loom::full({1}, total, TensorOptions(kFloat64).device(group->device()));
+    group->all_reduce(sum);  // waits for the group's other pieces
+    total = sum.item<double>();
+  }
+  const double norm = std::sqrt(total);
   const double coef = max_norm / (norm + 1e-6);  // as nn::clip_grad_norm_
   if (coef < 1.0)
     for (Tensor p : params)

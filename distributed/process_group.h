@@ -73,6 +73,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // The ranks of this group's members in the world group (member i is world rank ranks()[i]).
   const std::vector<int>& world_ranks() const { return world_ranks_; }
   virtual std::string backend_name() const = 0;  // "mpi", "nccl"
+  // Where this group's tensors live: the CPU (MPI) or this rank's GPU (NCCL). Code that makes
+  // its own message tensors (a shape header, a flat buffer) makes them there.
+  virtual Device device() const = 0;
 
   // ---- asynchronous collectives ----------------------------------------------------------
   virtual WorkPtr broadcast_async(const Tensor& tensor, int root) = 0;

@@ -58,6 +58,7 @@ class ProcessGroupMpi final : public ProcessGroup {
   ~ProcessGroupMpi() override;
 
   std::string backend_name() const override { return "mpi"; }
+  Device device() const override { return kCPU; }
 
   WorkPtr broadcast_async(const Tensor& tensor, int root) override;
   WorkPtr reduce_async(const Tensor& tensor, int root, ReduceOp op = ReduceOp::Sum) override;

@@ -106,6 +106,7 @@ class ProcessGroupNccl final : public ProcessGroup {
   }
 
   std::string backend_name() const override { return "nccl"; }
+  Device device() const override { return Device::cuda(device_); }
 
   WorkPtr broadcast_async(const Tensor& t, int root) override {
     check_tensor(t, "broadcast");
@@ -214,7 +215,7 @@ class ProcessGroupNccl final : public ProcessGroup {
 
   // A one-element all-reduce: it completes on a rank only when every rank has entered it.
   WorkPtr barrier_async() override {
-    Tensor token = zeros({1}, TensorOptions(DType::Float32).device(Device::cuda(0)));
+    Tensor token = zeros({1}, TensorOptions(DType::Float32).device(device()));
     return launch("barrier", {token}, [&] {
       LOOM_NCCL_CHECK(ncclAllReduce(token.data_ptr(), token.data_ptr(), 1, ncclFloat32, ncclSum, comm_, stream_));
     });
@@ -268,8 +269,6 @@ class ProcessGroupNccl final : public ProcessGroup {
     std::lock_guard<std::mutex> lock(mutex_);
     while (!pending_.empty() && pending_.front()->poll()) pending_.pop_front();
   }
-
-  int device() const { return device_; }
 
  protected:
   WorkPtr native_all_reduce_async(const Tensor& t, ReduceOp op) override {
@@ -334,6 +333,8 @@ class ProcessGroupNccl final : public ProcessGroup {
     LOOM_CHECK(t.defined(), op, ": undefined tensor on ", describe());
     LOOM_CHECK(t.is_cuda(), op, ": the NCCL backend takes CUDA tensors, got one on ", t.device(), " (", describe(),
                "; use the MPI group for CPU tensors)");
+    LOOM_CHECK(t.device() == device(), op, ": the NCCL backend takes CUDA tensors on this rank's GPU ", device(),
+               ", got one on ", t.device(), " (", describe(), ")");
     LOOM_CHECK(t.is_contiguous(), op, ": expected a contiguous tensor, got sizes ", t.sizes(), " strides ",
                t.strides(), " on ", describe());
     (void)nccl_dtype(t.dtype(), op);

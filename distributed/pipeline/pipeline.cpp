@@ -18,28 +18,32 @@ constexpr int64_t kMaxRank = 8;  // the shape header: [rank, d0, ..., d7]
 
 // A tensor whose shape the receiver does not know yet goes as two messages: its shape, then its
 // data. The sender posts both without waiting; the receiver waits for each in turn (messages of
-// one tag between two ranks arrive in the order they were sent).
+// one tag between two ranks arrive in the order they were sent). Both live on the group's device
+// (NCCL sends only CUDA tensors); the header is written and read on the host.
 // Posts the shape header and the payload of `t` to `peer`; the returned works (and `t`, which
 // the caller keeps) must live until they complete.
 std::vector<WorkPtr> send_tensor(ProcessGroup& group, const Tensor& t, int peer, int tag) {
   LOOM_CHECK(t.dim() <= kMaxRank, "pipeline: cannot send a tensor of rank ", t.dim());
   // The receiver allocates float32 (the header carries the shape only).
   LOOM_CHECK(t.dtype() == kFloat32, "pipeline: stages exchange float32 activations and gradients, got ", t.dtype());
+  LOOM_CHECK(t.device() == group.device(), "pipeline: a stage on ", t.device(), " sends over a ", group.backend_name(),
+             " group, whose tensors live on ", group.device(), "; move the stage to ", group.device());
   Tensor header = zeros({kMaxRank + 1}, TensorOptions(kInt64));
   auto* h = header.data_ptr<int64_t>();
   h[0] = t.dim();
   for (int64_t i = 0; i < t.dim(); ++i) h[i + 1] = t.size(i);
-  return {group.send_async(header, peer, tag), group.send_async(t, peer, tag)};
+  return {group.send_async(header.to(group.device()), peer, tag), group.send_async(t, peer, tag)};
 }
 
 Tensor recv_tensor(ProcessGroup& group, int peer, int tag) {
-  Tensor header = zeros({kMaxRank + 1}, TensorOptions(kInt64));
-  group.recv(header, peer, tag);  // waits for the shape: the payload's buffer is allocated from it
+  Tensor received = zeros({kMaxRank + 1}, TensorOptions(kInt64).device(group.device()));
+  group.recv(received, peer, tag);  // waits for the shape: the payload's buffer is allocated from it
+  const Tensor header = received.to(kCPU);
   const auto* h = header.data_ptr<int64_t>();
   LOOM_CHECK(h[0] >= 0 && h[0] <= kMaxRank, "pipeline: received a bad shape header from rank ", peer);
   DimVector sizes;
   for (int64_t i = 0; i < h[0]; ++i) sizes.push_back(h[i + 1]);
-  Tensor t = empty(sizes);
+  Tensor t = empty(sizes, TensorOptions(kFloat32).device(group.device()));
   group.recv(t, peer, tag);  // waits for the payload, posted right after the header
   return t;
 }
@@ -238,7 +242,7 @@ StepStats PipelineStageRunner::train_step(const Tensor& input, const Tensor& tar
   sends.wait_all();  // for every receiver of this step's sends: their buffers live until then
   // The last model stage, on rank p - 1 (its chunk v - 1), alone knows the loss; every rank
   // reports it, so the broadcast waits for rank p - 1's last backward.
-  Tensor loss = full({1}, group_->rank() == p - 1 ? loss_sum : 0.0, TensorOptions(kFloat64));
+  Tensor loss = full({1}, group_->rank() == p - 1 ? loss_sum : 0.0, TensorOptions(kFloat64).device(group_->device()));
   group_->broadcast(loss, p - 1);
   StepStats stats = record.stats();
   stats.loss = loss.item<double>();

@@ -28,22 +28,26 @@ std::vector<std::vector<TraceEvent>> gather_trace(ProcessGroup& group, const std
   json list = json::array();
   for (const TraceEvent& e : mine) list.push_back(to_json(e));
   const std::string text = list.dump();
-  // Every rank's byte count first (all-gather), then the bytes themselves to the root.
-  Tensor size = full({1}, static_cast<double>(text.size()), TensorOptions(kInt64));
-  Tensor sizes = zeros({group.size()}, TensorOptions(kInt64));
-  group.all_gather(size, sizes);  // waits for every rank's count
+  // Every rank's byte count first (all-gather), then the bytes themselves to the root. Messages
+  // travel on the group's device (NCCL sends CUDA tensors only) and are read on the host.
+  const TensorOptions on_group = TensorOptions(kInt64).device(group.device());
+  Tensor size = full({1}, static_cast<double>(text.size()), on_group);
+  Tensor gathered = zeros({group.size()}, on_group);
+  group.all_gather(size, gathered);  // waits for every rank's count
+  const Tensor sizes = gathered.to(kCPU);
   std::vector<std::vector<TraceEvent>> all;
   if (group.rank() != root) {
     Tensor bytes = empty({static_cast<int64_t>(text.size())}, TensorOptions(kUInt8));
     std::copy(text.begin(), text.end(), bytes.data_ptr<uint8_t>());
-    group.send(bytes, root);  // waits for the root to receive it
+    group.send(bytes.to(group.device()), root);  // waits for the root to receive it
     return all;
   }
   for (int r = 0; r < group.size(); ++r) {
     std::string received = text;
     if (r != root) {
-      Tensor bytes = empty({sizes.data_ptr<int64_t>()[r]}, TensorOptions(kUInt8));
-      group.recv(bytes, r);
+      Tensor incoming = empty({sizes.data_ptr<int64_t>()[r]}, on_group.dtype(kUInt8));
+      group.recv(incoming, r);
+      const Tensor bytes = incoming.to(kCPU);
       received.assign(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel()));
     }
     std::vector<TraceEvent> events;

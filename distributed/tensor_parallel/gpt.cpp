@@ -112,7 +112,7 @@ TensorParallelGPT::TensorParallelGPT(const nn::GPTConfig& config, std::shared_pt
 Tensor TensorParallelGPT::forward(const Tensor& idx) {
   LOOM_CHECK(idx.defined() && idx.dtype() == kInt64 && idx.dim() == 2 && idx.size(1) <= config_.context,
              "TensorParallelGPT: expected int64 token ids [B, T] with T <= ", config_.context);
-  Tensor x = (*tok)(idx) + pos(arange(idx.size(1), TensorOptions(kInt64)));
+  Tensor x = (*tok)(idx) + pos(arange(idx.size(1), TensorOptions(kInt64).device(idx.device())));
   for (const auto& block : blocks) x = (*block)(x);
   // The tied head: this rank's vocabulary rows only. x is replicated and every rank's logits
   // depend on it, so its gradient is the sum over ranks: f before the product.

@@ -28,4 +28,11 @@ std::shared_ptr<distributed::ProcessGroup> world();
 // skipped (reason: letters, digits, spaces and '/'). Every rank should then skip the test.
 void print_skipped(const std::string& reason);
 
+// The NCCL group of every rank (LOOM_WITH_NCCL builds), made on first use, which is collective:
+// every rank must call it in the same test case. NCCL needs one GPU per rank. Emulated GPUs
+// belong to their process, so every rank has one; real ones are shared by the ranks of a
+// machine: with fewer than the ranks, the group is rank 0 alone (world size 1, said on rank 0).
+// nullptr, after "[skipped: no GPU]", on a rank that has no GPU or is left out.
+std::shared_ptr<distributed::ProcessGroup> nccl_world_or_skip();
+
 }  // namespace loom::test

@@ -3,7 +3,9 @@
  * (and read back through the CPU). Skipped, visibly, without NCCL or without a GPU.
  *
  * NCCL cannot put two ranks on one GPU. With fewer GPUs than ranks the test runs an NCCL group
- * of world size 1 on rank 0 and says so; the other ranks report themselves skipped.
+ * of world size 1 on rank 0 and says so; the other ranks report themselves skipped. In the
+ * emulated-CUDA build every rank has its own emulated GPU and NCCL is the stand-in over MPI
+ * (distributed/nccl/emulated/nccl.h), whose own contract the last test case checks.
  */
 #include <doctest/doctest.h>
 
@@ -15,8 +17,14 @@
 #include "ops/ops.h"
 #include "tests/distributed/mpi_test_util.h"
 
-#if LOOM_WITH_NCCL
-#include "distributed/nccl/process_group_nccl.h"
+#ifndef LOOM_NCCL_EMULATED
+#define LOOM_NCCL_EMULATED 0
+#endif
+#if LOOM_NCCL_EMULATED
+#include <nccl.h>  // the stand-in's
+
+#include <cstring>
+#include <string>
 #endif
 
 namespace loom::test {
@@ -29,45 +37,13 @@ using distributed::ReduceOp;
 std::vector<double> values_of(const Tensor& t) { return t.to(kCPU).to(kFloat64).to_vector<double>(); }
 
 Tensor on_gpu(const Tensor& t) { return t.to(Device::cuda(0)); }
-
-// The NCCL group this rank takes part in, or nullptr (after printing why) when it cannot.
-std::shared_ptr<ProcessGroup> nccl_group_or_skip() {
-  ProcessGroup& mpi = *world();
-  const int gpus = cuda::device_count();
-  // Every rank must take part in new_group, whatever its GPU count: decide collectively.
-  Tensor min_gpus = full({1}, gpus, TensorOptions(DType::Int64));
-  mpi.all_reduce(min_gpus, ReduceOp::Min);
-  const int64_t fewest = min_gpus.item<int64_t>();
-  if (fewest == 0 && mpi.rank() != 0) {
-    std::cout << "[skipped: no GPU] rank " << mpi.rank() << std::endl;
-  }
-  std::shared_ptr<ProcessGroup> members;
-  if (fewest >= mpi.size()) {
-    members = mpi.new_group([&] {
-      std::vector<int> all(static_cast<size_t>(mpi.size()));
-      for (int r = 0; r < mpi.size(); ++r) all[static_cast<size_t>(r)] = r;
-      return all;
-    }());
-  } else {
-    members = mpi.new_group({0});
-    if (mpi.rank() == 0 && gpus > 0) {
-      std::cout << "nccl: " << gpus << " GPU(s) for " << mpi.size() << " ranks: testing an NCCL group of world size 1"
-                << std::endl;
-    }
-  }
-  if (!members || gpus == 0) {
-    if (mpi.rank() == 0 || !members) std::cout << "[skipped: no GPU] rank " << mpi.rank() << std::endl;
-    return nullptr;
-  }
-  return distributed::make_nccl_group(*members);
-}
 #endif
 
 }  // namespace
 
 #if LOOM_WITH_NCCL
 TEST_CASE("nccl: every collective on CUDA tensors matches the values each rank computes") {
-  std::shared_ptr<ProcessGroup> group = nccl_group_or_skip();
+  std::shared_ptr<ProcessGroup> group = nccl_world_or_skip();
   if (!group) return;
   const int n = group->size(), r = group->rank();
 
@@ -122,10 +98,17 @@ TEST_CASE("nccl: every collective on CUDA tensors matches the values each rank c
   group->gather(part, collected, 0);
   if (r == 0) CHECK(values_of(collected) == values_of(root_data));
   if (n > 1) {
+    // A send on an NCCL stream waits for its peer's receive (and a receive for its peer's send),
+    // so around a ring every rank receiving first would deadlock, with real NCCL as with the
+    // emulated one: even ranks send first, odd ranks receive first (n is even, or 1).
     Tensor out = on_gpu(full({4}, r, TensorOptions(DType::Float32))), in = on_gpu(zeros({4}));
-    auto recv = group->recv_async(in, (r + n - 1) % n);
-    group->send(out, (r + 1) % n);
-    recv->wait();
+    if (r % 2 == 0) {
+      group->send(out, (r + 1) % n);
+      group->recv(in, (r + n - 1) % n);
+    } else {
+      group->recv(in, (r + n - 1) % n);
+      group->send(out, (r + 1) % n);
+    }
     CHECK(values_of(in) == std::vector<double>(4, (r + n - 1) % n));
   }
   group->barrier();
@@ -143,7 +126,7 @@ TEST_CASE("nccl: every collective on CUDA tensors matches the values each rank c
 }
 
 TEST_CASE("nccl: bad input names the problem") {
-  std::shared_ptr<ProcessGroup> group = nccl_group_or_skip();
+  std::shared_ptr<ProcessGroup> group = nccl_world_or_skip();
   if (!group) return;
   CHECK_THROWS_WITH_AS(group->all_reduce(ones({3})), doctest::Contains("takes CUDA tensors"), Error);
   CHECK_THROWS_WITH_AS(group->all_reduce(on_gpu(arange(4)), ReduceOp::Avg), doctest::Contains("floating-point"),
@@ -151,7 +134,73 @@ TEST_CASE("nccl: bad input names the problem") {
   CHECK_THROWS_WITH_AS(group->all_gather(on_gpu(ones({2})), on_gpu(ones({2 * group->size() + 1}))),
                        doctest::Contains("blocks"), Error);
 }
-#else
+#endif
+
+#if LOOM_NCCL_EMULATED
+// The stand-in's own contract (distributed/nccl/emulated/nccl.h), called directly.
+TEST_CASE("emulated nccl: group semantics, 16-bit reductions, split, and NCCL's errors") {
+  std::shared_ptr<ProcessGroup> mpi = world();
+  const int n = mpi->size(), r = mpi->rank();
+  ncclUniqueId id;
+  if (r == 0) REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  Tensor id_bytes = zeros({static_cast<int64_t>(sizeof(id))}, TensorOptions(DType::UInt8));
+  if (r == 0) std::memcpy(id_bytes.data_ptr(), &id, sizeof(id));
+  mpi->broadcast(id_bytes, 0);  // every rank holds rank 0's id after it
+  std::memcpy(&id, id_bytes.data_ptr(), sizeof(id));
+  ncclComm_t comm = nullptr;
+  REQUIRE(ncclCommInitRank(&comm, n, id, r) == ncclSuccess);
+
+  // Inside a group every rank may send before it receives: the group is issued as a whole.
+  Tensor out = on_gpu(full({3}, r, TensorOptions(DType::Float32))), in = on_gpu(zeros({3}));
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  REQUIRE(ncclGroupStart() == ncclSuccess);  // nested: only the outermost End issues
+  CHECK(ncclSend(out.data_ptr(), 3, ncclFloat32, (r + 1) % n, comm, nullptr) == ncclSuccess);
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+  CHECK(values_of(in) == std::vector<double>(3, 0.0));  // nothing issued yet
+  CHECK(ncclRecv(in.data_ptr(), 3, ncclFloat32, (r + n - 1) % n, comm, nullptr) == ncclSuccess);
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+  CHECK(values_of(in) == std::vector<double>(3, (r + n - 1) % n));
+
+  // float16 and bfloat16 reduce through float, rounding after each step; Avg divides the sum.
+  for (auto [dtype, nccl_type] : {std::pair{DType::Float16, ncclFloat16}, std::pair{DType::BFloat16, ncclBfloat16}}) {
+    Tensor t = on_gpu(full({4}, 0.5 * (r + 1), TensorOptions(dtype)));
+    REQUIRE(ncclAllReduce(t.data_ptr(), t.data_ptr(), 4, nccl_type, ncclSum, comm, nullptr) == ncclSuccess);
+    CHECK(values_of(t) == std::vector<double>(4, 0.25 * n * (n + 1)));
+    REQUIRE(ncclAllReduce(t.data_ptr(), t.data_ptr(), 4, nccl_type, ncclAvg, comm, nullptr) == ncclSuccess);
+    CHECK(values_of(t) == std::vector<double>(4, 0.25 * n * (n + 1)));
+  }
+
+  // Split: NCCL_SPLIT_NOCOLOR opts out; the key orders the new ranks (here reversed).
+  ncclComm_t odd = nullptr;
+  REQUIRE(ncclCommSplit(comm, r % 2 == 1 ? 0 : NCCL_SPLIT_NOCOLOR, n - r, &odd, nullptr) == ncclSuccess);
+  CHECK((odd != nullptr) == (r % 2 == 1));
+  if (odd) {
+    int rank = -1, count = 0;
+    REQUIRE(ncclCommUserRank(odd, &rank) == ncclSuccess);
+    REQUIRE(ncclCommCount(odd, &count) == ncclSuccess);
+    CHECK(count == n / 2);
+    CHECK(rank == (n - 1 - r) / 2);
+    CHECK(ncclCommDestroy(odd) == ncclSuccess);
+  }
+
+  // Errors come back from the call, with ncclGetLastError naming the argument.
+  std::vector<float> host(3);
+  CHECK(ncclAllReduce(host.data(), host.data(), 3, ncclFloat32, ncclSum, comm, nullptr) == ncclInvalidArgument);
+  CHECK(std::string(ncclGetLastError(comm)).find("is not device memory") != std::string::npos);
+  CHECK(ncclSend(out.data_ptr(), 3, ncclFloat32, n, comm, nullptr) == ncclInvalidArgument);
+  CHECK(std::string(ncclGetLastError(comm)).find("peer " + std::to_string(n)) != std::string::npos);
+  CHECK(ncclGroupEnd() == ncclInvalidUsage);
+  // A group with a failed call issues nothing and reports the failure again at its End.
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  CHECK(ncclAllReduce(out.data_ptr(), out.data_ptr(), 3, ncclFloat32, static_cast<ncclRedOp_t>(9), comm, nullptr) ==
+        ncclInvalidArgument);
+  CHECK(ncclGroupEnd() == ncclInvalidArgument);
+  CHECK(values_of(out) == std::vector<double>(3, r));
+  CHECK(ncclCommDestroy(comm) == ncclSuccess);
+}
+#endif
+
+#if !LOOM_WITH_NCCL
 TEST_CASE("nccl: not built") {
   print_skipped("NCCL backend not built");
 }
