@@ -1,11 +1,12 @@
 /*
  * The C++ side of the CUDA convolution and pooling kernels (ops/cuda/conv_pool.cu): turns tensors
- * into a ConvGeometry or PoolGeometry and per-operand strides, and registers the kernels. The ops
+ * into a ConvGeometry or PoolGeometry and per-operand strides, and registers the kernels. The
+ * convolutions go to cuDNN (cudnn_conv.h) first and to Loom's kernels where cuDNN has no engine. The ops
  * layer (ops/conv_pool.cpp) has validated shapes and parameters and allocated the outputs; tensors
  * arrive NCHW-contiguous or channels_last, and pooling inputs as any view, all of which the
  * kernels read through their strides.
  *
- * Synchronisation: every launch is on the legacy default stream. The index check of
+ * Synchronisation: every launch and cuDNN call is on the legacy default stream. The index check of
  * max_pool2d_backward copies its flag back with cudaMemcpy, which waits for the check kernel.
  */
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include "ops/copy_ops.h"
 #include "ops/cuda/conv_pool_launchers.h"
 #include "ops/cuda/cuda_kernels.h"
+#include "ops/cuda/cudnn_conv.h"
 #include "ops/dispatch.h"
 #include "ops/factories.h"
 
@@ -76,10 +78,48 @@ PoolGeometry pool_geometry(IntArrayRef in, IntArrayRef out, const Pool2dParams* 
 }
 
 // ---- convolution ----------------------------------------------------------------------------
+//
+// cuDNN first (cudnn_conv.h). Loom's own kernels (conv_pool.cu) stay for what cuDNN does not take:
+// when its heuristic has no engine for the problem (a dtype, layout or shape it does not run; in
+// the emulated build, for instance, no engine mixes data types), when an operand is empty (cuDNN's
+// tensors have no empty dims; the kernels write the zeros), and when cuDNN is switched off.
+
+// NCHW sizes with packed NHWC strides (size-1 dims ignored), and not plain contiguous.
+bool channels_last(const Tensor& t) {
+  if (t.is_contiguous()) return false;
+  const int64_t c = t.size(1), h = t.size(2), w = t.size(3);
+  const int64_t nhwc[4] = {h * w * c, 1, w * c, c};
+  for (int d = 0; d < 4; ++d)
+    if (t.size(d) > 1 && t.stride(d) != nhwc[d]) return false;
+  return true;
+}
+
+// An uninitialised [K, C, R, S] tensor with NHWC strides.
+Tensor empty_channels_last(IntArrayRef sizes, TensorOptions options) {
+  return empty({sizes[0], sizes[2], sizes[3], sizes[1]}, options).permute({0, 3, 1, 2});
+}
+
+// The weight in the activations' layout: cuDNN's engines take the operands of one convolution
+// in one layout, and a weight is small next to the activations it meets.
+Tensor weight_like(const Tensor& w, const Tensor& activations) {
+  const bool cl = channels_last(activations);
+  if (channels_last(w) == cl) return w;
+  if (!cl) return contiguous(w);
+  Tensor out = empty_channels_last(w.sizes(), w.options());
+  copy_(out, w);
+  return out;
+}
 
 void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
                    const Conv2dParams& p) {
   if (out.numel() == 0) return;
+  if (cudnn_enabled() && x.numel() > 0) {
+    // The bias goes in first and cuDNN adds the convolution to it (beta = 1), so that bias and
+    // sum are rounded once to a 16-bit type, as Loom's kernel and the CPU do; a bias added after
+    // would round twice.
+    if (bias.defined()) copy_(out, bias.view({1, bias.size(0), 1, 1}));
+    if (cudnn_convolution(CudnnConvKind::kForward, x, weight_like(w, x), out, p, bias.defined())) return;
+  }
   const int code = floating_code(x, "conv2d");
   LOOM_CUDA_CHECK(launch_conv2d(code, out.data_ptr(), strides_of(out), x.data_ptr(), strides_of(x),
                                 w.data_ptr(), strides_of(w), bias.defined() ? bias.data_ptr() : nullptr,
@@ -90,6 +130,9 @@ void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& w, const Te
 void conv2d_backward_input_kernel(const Tensor& grad_input, const Tensor& grad_out, const Tensor& w,
                                   const Conv2dParams& p) {
   if (grad_input.numel() == 0) return;
+  if (cudnn_enabled() && grad_out.numel() > 0 &&
+      cudnn_convolution(CudnnConvKind::kBackwardData, grad_input, weight_like(w, grad_input), grad_out, p))
+    return;
   const int code = floating_code(grad_out, "conv2d_backward_input");
   LOOM_CUDA_CHECK(launch_conv2d_backward_input(
       code, grad_input.data_ptr(), strides_of(grad_input), grad_out.data_ptr(), strides_of(grad_out),
@@ -97,10 +140,21 @@ void conv2d_backward_input_kernel(const Tensor& grad_input, const Tensor& grad_o
       nullptr));
 }
 
-// With an empty grad_out or x every sum is empty, and the kernels write zeros.
+// With an empty grad_out or x every sum is empty, and the kernels write zeros. cuDNN's backward
+// filter has no bias gradient; that one is grad_out summed over N, H, W.
 void conv2d_backward_weight_kernel(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad_out,
                                    const Tensor& x, const Conv2dParams& p) {
   if (grad_weight.numel() == 0 && !(grad_bias.defined() && grad_bias.numel() > 0)) return;
+  if (cudnn_enabled() && grad_weight.numel() > 0 && grad_out.numel() > 0 && x.numel() > 0) {
+    // grad_weight is NCHW; with channels_last activations cuDNN writes an NHWC copy of it.
+    const bool cl = channels_last(x) && !channels_last(grad_weight);
+    Tensor gw = cl ? empty_channels_last(grad_weight.sizes(), grad_weight.options()) : grad_weight;
+    if (cudnn_convolution(CudnnConvKind::kBackwardFilter, x, gw, grad_out, p)) {
+      if (cl) copy_(grad_weight, gw);
+      if (grad_bias.defined()) copy_(grad_bias, grad_out.sum({0, 2, 3}));
+      return;
+    }
+  }
   const int code = floating_code(x, "conv2d_backward_weight");
   LOOM_CUDA_CHECK(launch_conv2d_backward_weight(
       code, grad_weight.data_ptr(), strides_of(grad_weight),

@@ -6,7 +6,9 @@
  * long ones); max pooling with its indices (which must equal the CPU's), padding, dilation and
  * ceil_mode; average pooling with ceil_mode and count_include_pad; adaptive average pooling to
  * 1x1, to a non-divisible size and to a larger one. And the errors: bad convolution shapes and
- * max-pool indices out of range must throw on CUDA too.
+ * max-pool indices out of range must throw on CUDA too. The convolutions run through cuDNN
+ * (ops/cuda/cudnn_conv.h), channels_last with groups and dilation included, and once more with
+ * cuDNN switched off, through Loom's own kernels.
  */
 #include "ops/conv_pool.h"
 
@@ -16,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/cuda/cudnn_conv.h"
 #include "tests/cuda/ops/cuda_test_util.h"
 
 namespace loom {
@@ -184,6 +187,76 @@ TEST_CASE("conv_pool: conv2d bad inputs throw on CUDA") {
   Tensor bad_bias = pat({3}, 0.5).to(Device::cuda());
   CHECK_THROWS_WITH_AS(conv2d(x, w3, bad_bias, {1, 1}, {0, 0}, {1, 1}, 1),
                        doctest::Contains("expected a bias"), Error);
+}
+
+// Channels-last activations with grouped, dilated, strided convolutions: cuDNN gets NHWC
+// descriptors for x and y, and the weight turned NHWC to match when it is not.
+const std::vector<ConvCase>& channels_last_cases() {
+  static const std::vector<ConvCase> all{
+      {"groups 2 dilation 2 stride 2, bias", 2, 4, 8, 7, 6, 3, 3, {{2, 2}, {2, 1}, {2, 2}, 2}, true},
+      {"groups 4 dilation 1x2, bias", 1, 4, 6, 9, 8, 3, 2, {{1, 1}, {1, 2}, {1, 2}, 4}, true},
+      {"groups 2 dilation 2x1 stride 1x2, no bias", 2, 6, 5, 6, 4, 2, 3, {{1, 2}, {0, 1}, {2, 1}, 2}, false},
+  };
+  return all;
+}
+
+TEST_CASE("conv_pool: conv2d on channels_last with groups and dilation, every dtype, forward and backward") {
+  LOOM_REQUIRE_GPU();
+  for (const ConvCase& cc : channels_last_cases())
+    for (DType dt : test::cuda_float_dtypes()) {
+      check_conv(cc, dt, layouts()[1], false);
+      check_conv(cc, dt, layouts()[1], true);
+    }
+}
+
+// The backward ops called directly with channels_last grad_out and input, so that cuDNN's
+// backward data and backward filter see NHWC operands (the weight gradient is written NHWC
+// and copied to the NCHW result); and the gradient of a sum, whose grad_out is expanded.
+TEST_CASE("conv_pool: conv2d_backward_input and conv2d_backward_weight on channels_last tensors") {
+  LOOM_REQUIRE_GPU();
+  const Layout& cl = layouts()[1];
+  for (const ConvCase& cc : channels_last_cases())
+    for (DType dt : {kFloat32, kFloat16}) {
+      CAPTURE(cc.name);
+      CAPTURE(dt);
+      const int64_t cg = cc.cin / cc.p.groups;
+      const std::vector<int64_t> x_sizes{cc.n, cc.cin, cc.h, cc.w}, w_sizes{cc.cout, cg, cc.kh, cc.kw};
+      const Conv2dParams p = cc.p;
+      Tensor x = input(cl, cc.n, cc.cin, cc.h, cc.w, dt, 0.4), w = pat(w_sizes, 1.1).to(dt);
+      Tensor y = conv2d(cl.view(x), w, {}, p.stride, p.padding, p.dilation, p.groups);
+      Tensor gy = input(cl, y.size(0), y.size(1), y.size(2), y.size(3), dt, 2.2);
+      CudaCase no_grad;
+      no_grad.backward = false;
+      check_cuda_matches_cpu(
+          [&](const std::vector<Tensor>& in) { return conv2d_backward_input(cl.view(in[0]), in[1], x_sizes, p); },
+          {gy, w}, no_grad);
+      check_cuda_matches_cpu(
+          [&](const std::vector<Tensor>& in) {
+            auto [gw, gb] = conv2d_backward_weight(cl.view(in[0]), cl.view(in[1]), w_sizes, true, p);
+            return std::vector<Tensor>{gw, gb};
+          },
+          {gy, x}, no_grad);
+      check_cuda_matches_cpu(
+          [&](const std::vector<Tensor>& in) {
+            return conv2d(cl.view(in[0]), in[1], {}, p.stride, p.padding, p.dilation, p.groups).sum();
+          },
+          {x, w});
+    }
+}
+
+// Loom's own kernels stay as the fallback for what cuDNN has no engine for; with cuDNN switched
+// off the cases reach them here (the emulated cuDNN runs every case above).
+TEST_CASE("conv_pool: conv2d with cuDNN off runs Loom's kernels") {
+  LOOM_REQUIRE_GPU();
+  struct CudnnOff {
+    CudnnOff() { cuda::set_cudnn_enabled(false); }
+    ~CudnnOff() { cuda::set_cudnn_enabled(true); }
+  } off;
+  for (const ConvCase& cc : conv_cases()) {
+    check_conv(cc, kFloat32, layouts()[0], false);
+    check_conv(cc, kFloat16, layouts()[1], true);
+  }
+  for (const ConvCase& cc : channels_last_cases()) check_conv(cc, kBFloat16, layouts()[1], false);
 }
 
 // ---- pooling ----------------------------------------------------------------------------------
