@@ -116,13 +116,19 @@ void check_tensor(const char* name, const char* what, const Tensor& t, const Pro
 }
 
 // One step of the ring: receive `incoming` from the left neighbour while `outgoing` goes to the
-// right one. The receive is posted first: every rank is a receiver and a sender at once, and a
-// transport that completes a large send only once the matching receive exists (rendezvous) would
-// otherwise leave all N ranks in their sends, each waiting for its neighbour to receive.
+// right one. Every rank is a receiver and a sender at once. With MPI the receive is posted first:
+// a transport that completes a large send only once the matching receive exists (rendezvous)
+// would otherwise leave all N ranks in their sends. NCCL runs a group's operations in order on
+// one stream, where a receive waits for its sender and a send for its receiver: if every rank
+// received first, every rank would wait for its left neighbour. There, even ranks send first and
+// odd ranks receive first, which breaks the cycle (a ring of N > 1 has an odd rank).
 void exchange(ProcessGroup& group, const Tensor& outgoing, const Tensor& incoming) {
   const int n = group.size(), r = group.rank();
-  WorkPtr recv = group.recv_async(incoming, mod(r - 1, n), kRingTag);
-  WorkPtr send = group.send_async(outgoing, mod(r + 1, n), kRingTag);
+  const bool send_first = group.backend_name() == "nccl" && r % 2 == 0;
+  WorkPtr send, recv;
+  if (send_first) send = group.send_async(outgoing, mod(r + 1, n), kRingTag);
+  recv = group.recv_async(incoming, mod(r - 1, n), kRingTag);
+  if (!send_first) send = group.send_async(outgoing, mod(r + 1, n), kRingTag);
   // Waits until the transport is done reading `outgoing` (for MPI: the send buffer may be reused):
   // later steps reduce into or overwrite chunks that were sent, and a buffer must not change
   // while it is still being sent.

@@ -112,6 +112,24 @@ TEST_CASE("nccl parallel: DDP, ZeRO-1 and ZeRO-2 on CUDA equal one CPU process o
   CHECK(max_rel_diff(*z2_model, *z1_model, 1e-6) <= 1e-5);
 }
 
+TEST_CASE("nccl parallel: the textbook ring all-reduce over NCCL send/recv equals NCCL's all-reduce") {
+  auto group = test::nccl_world_or_skip();
+  if (!group) return;
+  const int n = group->size(), r = group->rank();
+  // 10 elements: chunks of unequal size for 4 ranks; large enough that every rank sends.
+  Tensor mine = (arange(10).to(kFloat32) * (r + 1) + 0.25 * r).to(kGpu);
+  Tensor native = mine.clone(), ring = mine.clone();
+  group->all_reduce(native);
+  struct RingGuard {
+    ProcessGroup& g;
+    explicit RingGuard(ProcessGroup& group) : g(group) { g.set_algorithm(Algorithm::Ring); }
+    ~RingGuard() { g.set_algorithm(Algorithm::Native); }
+  } guard(*group);
+  group->all_reduce(ring);
+  CHECK(max_abs_diff(ring, native) < 1e-5);
+  CHECK(max_abs_diff(native, arange(10).to(kFloat32) * (n * (n + 1) / 2.0) + 0.25 * n * (n - 1) / 2.0) < 1e-5);
+}
+
 TEST_CASE("nccl parallel: DDP's first bucket is all-reduced while backward still runs (event order)") {
   auto group = test::nccl_world_or_skip();
   if (!group) return;
