@@ -10,7 +10,6 @@
 #include "core/error.h"
 #include "ops/copy_ops.h"
 #include "ops/dispatch.h"
-#include "ops/factories.h"
 #include "ops/op_utils.h"
 #include "ops/view_ops.h"
 
@@ -51,8 +50,8 @@ Tensor int8_linear(const Tensor& x, const Tensor& w, const Tensor& scales, const
   LOOM_CHECK(x.dtype() == kUInt8 && w.dtype() == kInt8 && scales.dtype() == kFloat32, op,
              ": expected x uint8, weight int8 and scales float32, got ", x.dtype(), ", ", w.dtype(), " and ",
              scales.dtype());
-  LOOM_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), op,
-             ": expected x [M, K] and weight [O, K], got ", x.sizes(), " and ", w.sizes());
+  LOOM_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1) && w.size(1) > 0, op,
+             ": expected x [M, K] and weight [O, K] with K >= 1, got ", x.sizes(), " and ", w.sizes());
   const int64_t out_features = w.size(0);
   LOOM_CHECK(scales.dim() == 1 && (scales.numel() == out_features || scales.numel() == 1), op,
              ": expected scales of shape [", out_features, "] or [1], got ", scales.sizes());

@@ -23,7 +23,7 @@ namespace loom {
 // undefined -> [M, O] in out_dtype (float32, uint8 or int8), contiguous, computed from the int32
 // sums acc[m, c] = sum_k x[m, k] w[c, k] with the epilogue of ops/kernel_types.h (Int8Epilogue).
 // Any strides for x (made contiguous). Throws loom::Error naming the op, the shapes, dtypes and
-// devices on a mismatch, or on an output zero point outside out_dtype's range.
+// devices on a mismatch (K = 0 included), or on a zero point outside its dtype's range.
 Tensor int8_linear(const Tensor& x, const Tensor& w, const Tensor& scales, const Tensor& bias, DType out_dtype,
                    const Int8Epilogue& epilogue);
 
