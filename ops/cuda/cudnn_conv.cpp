@@ -50,27 +50,31 @@ struct Operand {
   int64_t alignment = 0;
 };
 
-// The packed NCHW or NHWC strides of t when t is dense in that order (ignoring size-1 dims);
-// false when it is neither.
-bool packed_operand(const Tensor& t, Operand& o) {
+enum class Order { kNCHW, kNHWC };
+
+// Whether t's strides are the packed ones of `order` (size-1 dims, whose stride is never used,
+// ignored), and those packed strides.
+bool packed_as(const Tensor& t, Order order, std::array<int64_t, 4>& strides) {
+  const int64_t c = t.size(1), h = t.size(2), w = t.size(3);
+  strides = order == Order::kNCHW ? std::array<int64_t, 4>{c * h * w, h * w, w, 1}
+                                  : std::array<int64_t, 4>{h * w * c, 1, w * c, c};
+  for (int d = 0; d < 4; ++d)
+    if (t.size(d) > 1 && t.stride(d) != strides[static_cast<size_t>(d)]) return false;
+  return true;
+}
+
+// t as cuDNN sees it when t is dense in NCHW or NHWC order, preferring `preferred` where both
+// fit (a tensor with one channel, or one pixel, is both), so that all operands of a convolution
+// show cuDNN one layout; false when t is dense in neither.
+bool packed_operand(const Tensor& t, Order preferred, Operand& o) {
   if (t.dim() != 4 || t.numel() == 0) return false;
-  for (int d = 0; d < 4; ++d) o.sizes[d] = t.size(d);
-  const int64_t n = o.sizes[0], c = o.sizes[1], h = o.sizes[2], w = o.sizes[3];
-  (void)n;
-  const std::array<int64_t, 4> nchw{c * h * w, h * w, w, 1}, nhwc{h * w * c, 1, w * c, c};
-  for (const auto& packed : {nchw, nhwc}) {
-    bool match = true;
-    for (int d = 0; d < 4; ++d)
-      if (o.sizes[d] > 1 && t.stride(d) != packed[d]) match = false;
-    if (match) {
-      o.strides = packed;
-      const auto address = reinterpret_cast<uintptr_t>(t.data_ptr());
-      o.alignment = 16;
-      while (o.alignment > 1 && address % static_cast<uintptr_t>(o.alignment) != 0) o.alignment /= 2;
-      return true;
-    }
-  }
-  return false;
+  for (int d = 0; d < 4; ++d) o.sizes[static_cast<size_t>(d)] = t.size(d);
+  const Order other = preferred == Order::kNCHW ? Order::kNHWC : Order::kNCHW;
+  if (!packed_as(t, preferred, o.strides) && !packed_as(t, other, o.strides)) return false;
+  const auto address = reinterpret_cast<uintptr_t>(t.data_ptr());
+  o.alignment = 16;
+  while (o.alignment > 1 && address % static_cast<uintptr_t>(o.alignment) != 0) o.alignment /= 2;
+  return true;
 }
 
 bool cudnn_type(DType t, cudnnDataType_t& out) {
@@ -334,7 +338,12 @@ bool cudnn_convolution(CudnnConvKind kind, const Tensor& x, const Tensor& w, con
   cudnnDataType_t type{};
   if (!cudnn_type(x.dtype(), type) || w.dtype() != x.dtype() || y.dtype() != x.dtype()) return false;
   Operand ox, ow, oy;
-  if (!packed_operand(x, ox) || !packed_operand(w, ow) || !packed_operand(y, oy)) return false;
+  // The activations' layout decides: NHWC when x is NHWC and not also NCHW.
+  if (x.dim() != 4) return false;
+  std::array<int64_t, 4> unused{};
+  const Order order = packed_as(x, Order::kNCHW, unused) ? Order::kNCHW : Order::kNHWC;
+  if (!packed_operand(x, order, ox) || !packed_operand(w, order, ow) || !packed_operand(y, order, oy))
+    return false;
   int device = 0;
   LOOM_CUDA_CHECK(cudaGetDevice(&device));
 

@@ -244,6 +244,35 @@ TEST_CASE("conv_pool: conv2d_backward_input and conv2d_backward_weight on channe
     }
 }
 
+// The wrapper itself: cuDNN takes a dense NCHW or NHWC float convolution (so the cases above do
+// reach it) and declines, writing nothing, what is not dense in either order or not floating.
+TEST_CASE("conv_pool: cudnn_convolution runs dense float convolutions and declines the rest") {
+  LOOM_REQUIRE_GPU();
+  const Conv2dParams p{{2, 1}, {1, 1}, {1, 2}, 2};
+  Tensor x = pat({2, 4, 7, 6}, 0.3), w = pat({6, 2, 3, 3}, 1.7);
+  Tensor want = conv2d(x, w, {}, p.stride, p.padding, p.dilation, p.groups);
+  // On the device with NCHW or NHWC strides (a copy with .to() would be NCHW-contiguous).
+  auto on_device = [](const Tensor& t, bool channels_last) {
+    if (!channels_last) return t.to(Device::cuda());
+    return contiguous(t.permute({0, 2, 3, 1})).to(Device::cuda()).permute({0, 3, 1, 2});
+  };
+  for (bool channels_last : {false, true}) {
+    CAPTURE(channels_last);
+    Tensor y = on_device(zeros(want.sizes()), channels_last);
+    REQUIRE(cuda::cudnn_convolution(cuda::CudnnConvKind::kForward, on_device(x, channels_last),
+                                    on_device(w, channels_last), y, p));
+    test::check_same(y, want, test::cuda_tol_for(kFloat32), "y");
+  }
+  Tensor y = zeros(want.sizes().vec(), Device::cuda());
+  Tensor transposed = contiguous(x.transpose(2, 3)).to(Device::cuda()).transpose(2, 3);
+  Tensor xd = x.to(Device::cuda()), wd = w.to(Device::cuda());
+  CHECK_FALSE(cuda::cudnn_convolution(cuda::CudnnConvKind::kForward, transposed, wd, y, p));
+  CHECK_FALSE(cuda::cudnn_convolution(cuda::CudnnConvKind::kForward, xd.to(kInt32), wd.to(kInt32),
+                                      y.to(kInt32), p));
+  CHECK_FALSE(cuda::cudnn_convolution(cuda::CudnnConvKind::kForward, xd, wd.to(kFloat64), y, p));
+  CHECK(y.abs().sum().item<double>() == 0.0);
+}
+
 // Loom's own kernels stay as the fallback for what cuDNN has no engine for; with cuDNN switched
 // off the cases reach them here (the emulated cuDNN runs every case above).
 TEST_CASE("conv_pool: conv2d with cuDNN off runs Loom's kernels") {
