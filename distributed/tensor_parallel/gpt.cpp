@@ -73,7 +73,7 @@ Tensor TensorParallelBlock::forward(const Tensor& x) {
     return qkv_local.slice(2, part * c, (part + 1) * c).reshape({b, t, h, hd}).transpose(1, 2).reshape({b * h, t, hd});
   };
   Tensor q = heads(0).mul(std::pow(static_cast<double>(hd), -0.5)), k = heads(1), v = heads(2);
-  Tensor allowed = ones({t, t}, kBool).tril();
+  Tensor allowed = ones({t, t}, TensorOptions(kBool).device(q.device())).tril();
   Tensor mask = where(allowed, zeros({t, t}, q.options()), -std::numeric_limits<double>::infinity());
   Tensor att = q.bmm(k.transpose(1, 2)).add(mask).softmax(-1);
   Tensor y = att.bmm(v).reshape({b, h, t, hd}).transpose(1, 2).reshape({b, t, c});

@@ -67,7 +67,7 @@ Tensor all_gathered_last_dim(const Tensor& x, ProcessGroup& group) {
   Tensor moved = x.dim() > 1 ? x.transpose(0, -1).contiguous() : x.contiguous();
   DimVector gathered_sizes(moved.sizes());
   gathered_sizes[0] *= size;
-  Tensor gathered = empty(gathered_sizes, x.dtype());
+  Tensor gathered = empty(gathered_sizes, x.options());  // on x's device: NCCL gathers CUDA tensors
   group.all_gather(moved, gathered);  // waits for every rank's block
   return x.dim() > 1 ? gathered.transpose(0, -1).contiguous() : gathered;
 }

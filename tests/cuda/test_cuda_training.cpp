@@ -4,13 +4,17 @@
  * a few steps with finite, decreasing loss; `train --device cuda` runs, and refuses clearly where
  * there is no CUDA backend or no GPU; `train --device cuda --amp bf16|fp16` trains under CUDA
  * autocast (fp16 through the GradScaler on CUDA gradients); CausalSelfAttention's fused CUDA
- * attention gives the CPU's output and gradients.
+ * attention gives the CPU's output and gradients; `train --device cuda` follows
+ * `train --device cpu`'s logged losses for every model of the zoo (mlp, cnn, resnet, gpt), and a
+ * run stopped mid-epoch and resumed on CUDA ends bit-identical to one never stopped.
  */
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "core/cuda.h"
@@ -250,4 +254,108 @@ TEST_CASE("training: train --device cuda --amp bf16 and fp16 train under CUDA au
   CHECK(differs(fp16, f32));
   CHECK(differs(fp16, bf16));
   for (const auto& [name, t] : fp16) CHECK(t.dtype() == kFloat32);
+}
+
+namespace {
+
+// 400 tokens over a 6-letter alphabet with runs to learn, as an HDF5 token dataset in dir.
+std::string tiny_tokens(const fs::path& dir) {
+  Generator g(5);
+  Tensor jumps = randint(0, 6, {400}, DType::Int64, &g);
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < 400; ++i) ids.push_back((i % 3 == 0 ? jumps.data_ptr<int64_t>()[i] : ids.back() + 1) % 6);
+  data::DatasetInfo info;
+  info.name = "letters";
+  for (char c : std::string("abcdef")) info.vocab.push_back(std::string(1, c));
+  const std::string path = (dir / "tokens.h5").string();
+  data::write_token_dataset(path, tensor(ids, {static_cast<int64_t>(ids.size())}), info);
+  return path;
+}
+
+// The "loss" of every {"kind":"train"} line of a run's metrics.jsonl.
+std::vector<double> logged_losses(const fs::path& run_dir) {
+  std::vector<double> losses;
+  std::ifstream in(run_dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"kind\":\"train\"") == std::string::npos) continue;
+    const size_t at = line.find("\"loss\":");
+    REQUIRE(at != std::string::npos);
+    losses.push_back(std::stod(line.substr(at + 7)));
+  }
+  return losses;
+}
+
+}  // namespace
+
+TEST_CASE("training: train --device cuda follows train --device cpu for every model of the zoo") {
+  LOOM_REQUIRE_GPU();
+  test::ScratchDir scratch("cuda_zoo");
+  const fs::path& dir = scratch.path();
+  const std::string images = tiny_images(dir), tokens = tiny_tokens(dir);
+  for (train::ModelKind model :
+       {train::ModelKind::kMlp, train::ModelKind::kCnn, train::ModelKind::kResnet, train::ModelKind::kGpt}) {
+    const std::string name(train::to_string(model));
+    CAPTURE(name);
+    auto run = [&](train::DeviceKind device) {
+      train::TrainOptions o;
+      o.model = model;
+      o.data = model == train::ModelKind::kGpt ? tokens : images;
+      o.hidden = "16";
+      o.blocks = 1;
+      o.layers = 1;
+      o.heads = 2;
+      o.d_model = 16;
+      o.context = 8;
+      o.batch = 8;
+      o.epochs = 1;
+      o.max_steps = 4;
+      o.workers = 0;
+      o.log_every = 1;
+      o.seed = 11;
+      o.device = device;
+      o.out = (dir / (name + (device == train::DeviceKind::kCuda ? "_cuda" : "_cpu"))).string();
+      std::ostringstream log;
+      CHECK(train::run_training(o, log, false).steps == 4);
+      return logged_losses(o.out);
+    };
+    const std::vector<double> cpu = run(train::DeviceKind::kCpu), gpu = run(train::DeviceKind::kCuda);
+    REQUIRE(cpu.size() == 4);
+    REQUIRE(gpu.size() == cpu.size());
+    // The same initial weights (drawn on the CPU) and batches; float32 sums in another order.
+    for (size_t i = 0; i < cpu.size(); ++i) CHECK(gpu[i] == doctest::Approx(cpu[i]).epsilon(1e-4));
+  }
+}
+
+TEST_CASE("training: train --device cuda stopped mid-epoch and resumed ends bit-identical to one never stopped") {
+  LOOM_REQUIRE_GPU();
+  test::ScratchDir scratch("cuda_resume");
+  const fs::path& dir = scratch.path();
+  train::TrainOptions o;
+  o.model = train::ModelKind::kCnn;
+  o.data = tiny_images(dir);
+  o.batch = 8;
+  o.epochs = 2;
+  o.workers = 1;
+  o.seed = 5;
+  o.optimizer = train::OptimizerKind::kAdamW;
+  o.device = train::DeviceKind::kCuda;
+  std::ostringstream log;
+  train::TrainOptions whole = o;
+  whole.out = (dir / "whole").string();
+  CHECK(train::run_training(whole, log, false).steps == 12);
+  train::TrainOptions first = o;
+  first.out = (dir / "stopped").string();
+  first.max_steps = 4;  // mid-epoch: 6 steps per epoch
+  CHECK(train::run_training(first, log, false).steps == 4);
+  train::TrainOptions rest = first;
+  rest.max_steps = 0;
+  rest.resume = rest.out;
+  CHECK(train::run_training(rest, log, false).steps == 12);
+  const nn::StateDict a = nn::load_safetensors(dir / "whole" / "model.safetensors").tensors;
+  const nn::StateDict b = nn::load_safetensors(dir / "stopped" / "model.safetensors").tensors;
+  REQUIRE(a.keys() == b.keys());
+  for (const auto& [name, t] : a) {
+    CAPTURE(name);
+    CHECK(equal(t, b.at(name)));
+  }
 }

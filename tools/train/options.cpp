@@ -323,8 +323,11 @@ void validate_device(const TrainOptions& o) {
          "or EMULATED to run the CUDA kernels on the CPU)");
   if (!cuda::is_available())
     fail("--device cuda: no usable GPU (no CUDA driver or device on this machine); use --device cpu");
-  // The GPU paths of these come with the next CUDA work (NCCL, the teacher on the GPU).
-  if (o.dp * o.tp * o.pp > 1) fail("--device cuda: --dp/--tp/--pp need the NCCL backend, not built yet; use --device cpu");
+#if !LOOM_WITH_NCCL
+  if (o.dp * o.tp * o.pp > 1)
+    fail("--device cuda: --dp/--tp/--pp need the NCCL backend, which this Loom was built without (install NCCL "
+         "and reconfigure); use --device cpu");
+#endif
   if (!o.teacher.empty()) fail("--device cuda: --teacher is not available on the GPU yet; use --device cpu");
 }
 

@@ -19,6 +19,9 @@
 #if LOOM_TRAIN_WITH_MPI
 #include "distributed/gradient_sync.h"
 #include "distributed/process_group.h"
+#if LOOM_WITH_NCCL
+#include "distributed/nccl/process_group_nccl.h"
+#endif
 #include "distributed/tensor_parallel/vocab_parallel.h"
 #endif
 
@@ -75,18 +78,20 @@ void send_activation(distributed::ProcessGroup& group, const Tensor& t, int peer
   auto* h = header.data_ptr<int64_t>();
   h[0] = t.dim();
   for (int64_t i = 0; i < t.dim(); ++i) h[i + 1] = t.size(i);
-  group.send(header, peer);          // returns when the next stage has the shape...
+  // Both messages on the group's device (NCCL sends CUDA tensors only).
+  group.send(header.to(group.device()), peer);  // returns when the next stage has the shape...
   group.send(t.contiguous(), peer);  // ...and when it has the data (blocking send)
 }
 
 Tensor recv_activation(distributed::ProcessGroup& group, int peer) {
-  Tensor header = zeros({kMaxRank + 1}, TensorOptions(kInt64));
-  group.recv(header, peer);  // waits for the previous stage's forward of this batch
+  Tensor received = zeros({kMaxRank + 1}, TensorOptions(kInt64).device(group.device()));
+  group.recv(received, peer);  // waits for the previous stage's forward of this batch
+  const Tensor header = received.to(kCPU);
   const auto* h = header.data_ptr<int64_t>();
   LOOM_CHECK(h[0] >= 0 && h[0] <= kMaxRank, "train --pp: a bad activation header from stage ", peer);
   DimVector sizes;
   for (int64_t i = 0; i < h[0]; ++i) sizes.push_back(h[i + 1]);
-  Tensor t = empty(sizes);
+  Tensor t = empty(sizes, TensorOptions(kFloat32).device(group.device()));
   group.recv(t, peer);
   return t;
 }
@@ -107,8 +112,14 @@ Parallelism::Parallelism(const TrainOptions& options) : options_(options) {
          std::to_string(world_->size()) + (world_->size() == 1 ? " rank" : " ranks"));
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.collective_timeout * 1000));
   world_->set_timeout(timeout);
+  tensor_world_ = world_;
+#if LOOM_WITH_NCCL
+  // Collective over world_: every rank joins the NCCL group (one GPU per rank).
+  if (options.device == DeviceKind::kCuda) tensor_world_ = distributed::make_nccl_group(*world_);
+#endif
+  tensor_world_->set_timeout(timeout);
   mesh_ = std::make_unique<distributed::DeviceMesh>(
-      world_, distributed::MeshShape{.dp = static_cast<int>(options.dp),
+      tensor_world_, distributed::MeshShape{.dp = static_cast<int>(options.dp),
                                      .tp = static_cast<int>(options.tp),
                                      .pp = static_cast<int>(options.pp)});
   for (auto* group : {&mesh_->data_group(), &mesh_->tensor_group(), &mesh_->pipeline_group()})
@@ -385,13 +396,14 @@ Eval Parallelism::evaluate_tensor_parallel(data::DataLoader& loader, bool tokens
     Tensor best = flat.argmax(-1).contiguous();
     Tensor value = flat.to(kFloat64).gather(1, best.unsqueeze(1)).reshape({n}).contiguous();
     Tensor ids = best.add(tp_gpt_->tok->vocab_begin()).to(kFloat64).contiguous();
-    Tensor all_values = empty({t * n}, TensorOptions(kFloat64)),
-           all_ids = empty({t * n}, TensorOptions(kFloat64));
-    group.all_gather(value, all_values);  // waits for every shard's best logits
-    group.all_gather(ids, all_ids);
+    const TensorOptions on_group = TensorOptions(kFloat64).device(group.device());
+    Tensor gathered_values = empty({t * n}, on_group), gathered_ids = empty({t * n}, on_group);
+    group.all_gather(value, gathered_values);  // waits for every shard's best logits
+    group.all_gather(ids, gathered_ids);
+    const Tensor all_values = gathered_values.to(kCPU), all_ids = gathered_ids.to(kCPU);
     const double* v = all_values.data_ptr<double>();
     const double* id = all_ids.data_ptr<double>();
-    const Tensor target64 = target.to(kInt64).contiguous();
+    const Tensor target64 = target.to(kCPU).to(kInt64).contiguous();
     const int64_t* y = target64.data_ptr<int64_t>();
     double correct = 0;
     for (int64_t i = 0; i < n; ++i) {
@@ -429,9 +441,11 @@ std::optional<PipelineReport> Parallelism::pipeline_report() {
   report.measured_bubble = traced_steps_ > 0 ? bubble_sum_ / static_cast<double>(traced_steps_) : 0.0;
   const auto p = static_cast<double>(options_.pp), m = static_cast<double>(options_.microbatches);
   report.ideal_bubble = (p - 1) / (m + p - 1);
-  Tensor mine = tensor(std::vector<int64_t>{peak_live_, peak_bytes_}, {2});
-  Tensor all = empty({2 * options_.pp}, TensorOptions(kInt64));
-  mesh_->pipeline_group().all_gather(mine, all);  // waits for every stage's peaks
+  distributed::ProcessGroup& group = mesh_->pipeline_group();
+  Tensor mine = tensor(std::vector<int64_t>{peak_live_, peak_bytes_}, {2}).to(group.device());
+  Tensor gathered = empty({2 * options_.pp}, TensorOptions(kInt64).device(group.device()));
+  group.all_gather(mine, gathered);  // waits for every stage's peaks
+  const Tensor all = gathered.to(kCPU);
   const int64_t* peaks = all.data_ptr<int64_t>();
   for (int64_t s = 0; s < options_.pp; ++s) {
     report.peak_live_microbatches.push_back(peaks[2 * s]);

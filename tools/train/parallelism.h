@@ -176,7 +176,10 @@ class Parallelism {
   int64_t steps_run_ = 0;  // forward_backward calls, for choosing the traced ones
 #if LOOM_TRAIN_WITH_MPI
   distributed::ModelPlacement placement_;  // where this rank's parameters sit in full_
-  std::shared_ptr<distributed::ProcessGroup> world_;
+  // world_: the MPI group of every rank, for the job's own agreements on host values (sums,
+  // maxima, the checkpoint's). tensor_world_: the same ranks for the model's tensors: world_
+  // itself on the CPU, an NCCL group with --device cuda; the mesh is cut from it.
+  std::shared_ptr<distributed::ProcessGroup> world_, tensor_world_;
   std::unique_ptr<distributed::DeviceMesh> mesh_;
   std::shared_ptr<distributed::DistributedDataParallel> ddp_;
   std::unique_ptr<distributed::ZeroOptimizer> zero_;

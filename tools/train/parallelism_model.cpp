@@ -32,7 +32,7 @@ class GptEmbedding : public nn::Module {
   }
   // idx: int64 [B, T] -> [B, T, d], as GPT::forward (train's GPTs have no dropout).
   Tensor forward(const Tensor& idx) override {
-    return gpt_.tok(idx) + gpt_.pos(arange(idx.size(1), TensorOptions(kInt64)));
+    return gpt_.tok(idx) + gpt_.pos(arange(idx.size(1), TensorOptions(kInt64).device(idx.device())));
   }
 
  private:
@@ -82,6 +82,9 @@ void Parallelism::build(std::shared_ptr<nn::Module> full) {
   if (local_->parameters().empty())
     fail("--pp " + std::to_string(options_.pp) + ": pipeline stage " + std::to_string(coord_pp_) +
          " got no layer with parameters; lower --pp or add --hidden layers");
+  // Pieces cut from the full model's tensors are where it is; layers made anew for the piece (a
+  // layer norm, the position table of tensor-parallel GPT) are on the CPU until moved.
+  if (options_.device == DeviceKind::kCuda) local_->to(Device::cuda());
   std::set<std::string> unplaced = placement_.replicated;
   unplaced.insert(tied_copies_.begin(), tied_copies_.end());
   distributed::check_placements(*full_, *local_, placement_.pieces, unplaced);
@@ -209,7 +212,8 @@ nn::StateDict Parallelism::full_state_dict() {
   if (!sharded()) return local_->state_dict();
 #if LOOM_TRAIN_WITH_MPI
   // Replica 0's ranks place their pieces; the others add zeros.
-  return distributed::gather_full_state_dict(*full_, local_->state_dict(), placement_.pieces, coord_dp_ == 0, *world_);
+  return distributed::gather_full_state_dict(*full_, local_->state_dict(), placement_.pieces, coord_dp_ == 0,
+                                            *tensor_world_);
 #else
   return {};
 #endif
