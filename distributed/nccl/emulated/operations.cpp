@@ -38,11 +38,11 @@ namespace {
 struct PendingOp {
   ncclComm_t comm = nullptr;
   std::string what;                               // "ncclAllReduce(10 x float32) on the communicator ..."
-  std::vector<unsigned char> in, out;             // host staging of the input and the output
-  std::function<int(PendingOp&)> post;            // posts the MPI operations into `requests`
-  std::function<void(PendingOp&)> after;          // on the host output once complete (ncclAvg)
+  const void* device_in = nullptr;                // copied to `in` when the operation is issued
   void* device_out = nullptr;                     // where `out` is copied when complete
-  std::vector<MPI_Request> requests;
+  std::vector<unsigned char> in, out;             // host staging of the input and the output
+  std::function<int(PendingOp&, MPI_Request&)> post;  // posts the MPI operation, once `in` holds the input
+  std::function<void(PendingOp&)> after;          // on the host output once complete (ncclAvg)
 };
 
 thread_local int g_group_depth = 0;
@@ -135,10 +135,12 @@ MPI_Op mpi_op(ncclRedOp_t op, ncclDataType_t type) {
   }
 }
 
-template <class T>
+// Each element divided by n in Compute (the element type, or float for the 16-bit floats).
+template <class T, class Compute = T>
 void divide_all(std::vector<unsigned char>& bytes, int n) {
   auto* v = reinterpret_cast<T*>(bytes.data());
-  for (size_t i = 0; i < bytes.size() / sizeof(T); ++i) v[i] = T(static_cast<T>(v[i]) / static_cast<T>(n));
+  for (size_t i = 0; i < bytes.size() / sizeof(T); ++i)
+    v[i] = T(static_cast<Compute>(v[i]) / static_cast<Compute>(n));
 }
 
 // ncclAvg: the summed output divided by the rank count, in the element type (integers truncate).
@@ -152,17 +154,8 @@ void divide_by_ranks(std::vector<unsigned char>& bytes, ncclDataType_t type, int
     case ncclUint64: divide_all<uint64_t>(bytes, n); break;
     case ncclFloat32: divide_all<float>(bytes, n); break;
     case ncclFloat64: divide_all<double>(bytes, n); break;
-    case ncclFloat16: {
-      auto* v = reinterpret_cast<Half*>(bytes.data());
-      for (size_t i = 0; i < bytes.size() / 2; ++i) v[i] = Half(static_cast<float>(v[i]) / static_cast<float>(n));
-      break;
-    }
-    default: {
-      auto* v = reinterpret_cast<BFloat16*>(bytes.data());
-      for (size_t i = 0; i < bytes.size() / 2; ++i)
-        v[i] = BFloat16(static_cast<float>(v[i]) / static_cast<float>(n));
-      break;
-    }
+    case ncclFloat16: divide_all<Half, float>(bytes, n); break;
+    default: divide_all<BFloat16, float>(bytes, n); break;
   }
 }
 
@@ -226,12 +219,14 @@ ncclResult_t run(std::vector<std::shared_ptr<PendingOp>> ops) {
   std::string what;
   ncclResult_t status = ncclSuccess;
   for (auto& op : ops) {
-    const int code = op->post(*op);
+    // The input is read when the operation is issued, which is when NCCL's kernel would read it.
+    if (!copy(op->in.data(), op->device_in, op->in.size(), cudaMemcpyDeviceToHost, *op, status)) break;
+    requests.emplace_back();
+    const int code = op->post(*op, requests.back());
     if (code != MPI_SUCCESS) {
       status = fail(ncclSystemError, op->what + ": " + mpi_error(code));
       break;
     }
-    requests.insert(requests.end(), op->requests.begin(), op->requests.end());
     comms.push_back(op->comm);
     what += (what.empty() ? "" : ", ") + op->what;
   }
@@ -263,28 +258,11 @@ std::shared_ptr<PendingOp> staged(Call& call, const void* input, size_t in_bytes
                                   const std::string& shape) {
   auto op = std::make_shared<PendingOp>();
   op->what = std::string(call.name) + "(" + shape + ") on the " + (call.ok() ? describe(call.comm) : "communicator");
+  op->device_in = input;
+  op->device_out = output;
   op->in.resize(in_bytes);
   op->out.resize(out_bytes);
-  op->device_out = output;
-  // The input is read when the operation is issued, which is when NCCL's kernel would read it.
-  auto post = [input](PendingOp& self) {
-    ncclResult_t status = ncclSuccess;
-    return copy(self.in.data(), input, self.in.size(), cudaMemcpyDeviceToHost, self, status) ? MPI_SUCCESS
-                                                                                           : MPI_ERR_OTHER;
-  };
-  op->post = post;
   return op;
-}
-
-// Chains `mpi` after the staging copy of `op`.
-void then_post(PendingOp& op, std::function<int(PendingOp&, MPI_Request&)> mpi) {
-  auto stage = op.post;
-  op.post = [stage, mpi](PendingOp& self) {
-    int code = stage(self);
-    if (code != MPI_SUCCESS) return code;
-    self.requests.emplace_back();
-    return mpi(self, self.requests.back());
-  };
 }
 
 std::string shape(size_t count, ncclDataType_t type) { return std::to_string(count) + " x " + type_name(type); }
@@ -303,10 +281,10 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   call.device(sendbuff, bytes, "sendbuff");
   call.device(recvbuff, bytes, "recvbuff");
   auto pending = staged(call, sendbuff, bytes, recvbuff, bytes, shape(count, datatype));
-  then_post(*pending, [=](PendingOp& self, MPI_Request& request) {
+  pending->post = [=](PendingOp& self, MPI_Request& request) {
     return MPI_Iallreduce(self.in.data(), self.out.data(), static_cast<int>(count), mpi_type(datatype),
                           mpi_op(op, datatype), self.comm->mpi, &request);
-  });
+  };
   if (op == ncclAvg) pending->after = [=](PendingOp& self) { divide_by_ranks(self.out, datatype, self.comm->size); };
   return issue(call, pending);
 }
@@ -322,10 +300,10 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
   call.device(recvbuff, bytes, "recvbuff");
   // Only the root's input is read; everyone's output is written (the root's too).
   auto pending = staged(call, is_root ? sendbuff : nullptr, is_root ? bytes : 0, recvbuff, bytes, shape(count, datatype));
-  then_post(*pending, [=](PendingOp& self, MPI_Request& request) {
+  pending->post = [=](PendingOp& self, MPI_Request& request) {
     if (is_root) self.out = self.in;
     return MPI_Ibcast(self.out.data(), static_cast<int>(count), mpi_type(datatype), root, self.comm->mpi, &request);
-  });
+  };
   return issue(call, pending);
 }
 
@@ -346,10 +324,10 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, nccl
   if (is_root) call.device(recvbuff, bytes, "recvbuff");  // only the root's output is written
   auto pending = staged(call, sendbuff, bytes, is_root ? recvbuff : nullptr, is_root ? bytes : 0,
                         shape(count, datatype));
-  then_post(*pending, [=](PendingOp& self, MPI_Request& request) {
+  pending->post = [=](PendingOp& self, MPI_Request& request) {
     return MPI_Ireduce(self.in.data(), is_root ? self.out.data() : nullptr, static_cast<int>(count),
                        mpi_type(datatype), mpi_op(op, datatype), root, self.comm->mpi, &request);
-  });
+  };
   if (op == ncclAvg && is_root)
     pending->after = [=](PendingOp& self) { divide_by_ranks(self.out, datatype, self.comm->size); };
   return issue(call, pending);
@@ -364,10 +342,10 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   call.device(sendbuff, bytes, "sendbuff");
   call.device(recvbuff, bytes * ranks, "recvbuff");
   auto pending = staged(call, sendbuff, bytes, recvbuff, bytes * ranks, shape(sendcount, datatype) + " per rank");
-  then_post(*pending, [=](PendingOp& self, MPI_Request& request) {
+  pending->post = [=](PendingOp& self, MPI_Request& request) {
     return MPI_Iallgather(self.in.data(), static_cast<int>(sendcount), mpi_type(datatype), self.out.data(),
                           static_cast<int>(sendcount), mpi_type(datatype), self.comm->mpi, &request);
-  });
+  };
   return issue(call, pending);
 }
 
@@ -381,10 +359,10 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   call.device(sendbuff, bytes * ranks, "sendbuff");
   call.device(recvbuff, bytes, "recvbuff");
   auto pending = staged(call, sendbuff, bytes * ranks, recvbuff, bytes, shape(recvcount, datatype) + " per rank");
-  then_post(*pending, [=](PendingOp& self, MPI_Request& request) {
+  pending->post = [=](PendingOp& self, MPI_Request& request) {
     return MPI_Ireduce_scatter_block(self.in.data(), self.out.data(), static_cast<int>(recvcount),
                                      mpi_type(datatype), mpi_op(op, datatype), self.comm->mpi, &request);
-  });
+  };
   if (op == ncclAvg) pending->after = [=](PendingOp& self) { divide_by_ranks(self.out, datatype, self.comm->size); };
   return issue(call, pending);
 }
@@ -399,9 +377,9 @@ ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatyp
   const size_t bytes = count * element_size(datatype);
   call.device(sendbuff, bytes, "sendbuff");
   auto pending = staged(call, sendbuff, bytes, nullptr, 0, shape(count, datatype) + " to rank " + std::to_string(peer));
-  then_post(*pending, [=](PendingOp& self, MPI_Request& request) {
+  pending->post = [=](PendingOp& self, MPI_Request& request) {
     return MPI_Isend(self.in.data(), static_cast<int>(bytes), MPI_BYTE, peer, 0, self.comm->mpi, &request);
-  });
+  };
   return issue(call, pending);
 }
 
@@ -414,9 +392,9 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
   call.device(recvbuff, bytes, "recvbuff");
   auto pending =
       staged(call, nullptr, 0, recvbuff, bytes, shape(count, datatype) + " from rank " + std::to_string(peer));
-  then_post(*pending, [=](PendingOp& self, MPI_Request& request) {
+  pending->post = [=](PendingOp& self, MPI_Request& request) {
     return MPI_Irecv(self.out.data(), static_cast<int>(bytes), MPI_BYTE, peer, 0, self.comm->mpi, &request);
-  });
+  };
   return issue(call, pending);
 }
 
