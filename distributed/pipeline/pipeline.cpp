@@ -9,44 +9,11 @@
 #include "autograd/autograd.h"
 #include "core/error.h"
 #include "distributed/pipeline/step_recorder.h"
+#include "distributed/pipeline/tensor_messages.h"
 #include "ops/ops.h"
 
 namespace loom::distributed::pipeline {
 namespace {
-
-constexpr int64_t kMaxRank = 8;  // the shape header: [rank, d0, ..., d7]
-
-// A tensor whose shape the receiver does not know yet goes as two messages: its shape, then its
-// data. The sender posts both without waiting; the receiver waits for each in turn (messages of
-// one tag between two ranks arrive in the order they were sent). Both live on the group's device
-// (NCCL sends only CUDA tensors); the header is written and read on the host.
-// Posts the shape header and the payload of `t` to `peer`; the returned works (and `t`, which
-// the caller keeps) must live until they complete.
-std::vector<WorkPtr> send_tensor(ProcessGroup& group, const Tensor& t, int peer, int tag) {
-  LOOM_CHECK(t.dim() <= kMaxRank, "pipeline: cannot send a tensor of rank ", t.dim());
-  // The receiver allocates float32 (the header carries the shape only).
-  LOOM_CHECK(t.dtype() == kFloat32, "pipeline: stages exchange float32 activations and gradients, got ", t.dtype());
-  LOOM_CHECK(t.device() == group.device(), "pipeline: a stage on ", t.device(), " sends over a ", group.backend_name(),
-             " group, whose tensors live on ", group.device(), "; move the stage to ", group.device());
-  Tensor header = zeros({kMaxRank + 1}, TensorOptions(kInt64));
-  auto* h = header.data_ptr<int64_t>();
-  h[0] = t.dim();
-  for (int64_t i = 0; i < t.dim(); ++i) h[i + 1] = t.size(i);
-  return {group.send_async(header.to(group.device()), peer, tag), group.send_async(t, peer, tag)};
-}
-
-Tensor recv_tensor(ProcessGroup& group, int peer, int tag) {
-  Tensor received = zeros({kMaxRank + 1}, TensorOptions(kInt64).device(group.device()));
-  group.recv(received, peer, tag);  // waits for the shape: the payload's buffer is allocated from it
-  const Tensor header = received.to(kCPU);
-  const auto* h = header.data_ptr<int64_t>();
-  LOOM_CHECK(h[0] >= 0 && h[0] <= kMaxRank, "pipeline: received a bad shape header from rank ", peer);
-  DimVector sizes;
-  for (int64_t i = 0; i < h[0]; ++i) sizes.push_back(h[i + 1]);
-  Tensor t = empty(sizes, TensorOptions(kFloat32).device(group.device()));
-  group.recv(t, peer, tag);  // waits for the payload, posted right after the header
-  return t;
-}
 
 // Sends posted and not known to be complete yet, each with the tensor it reads from.
 class PostedSends {

@@ -18,6 +18,7 @@
 
 #if LOOM_TRAIN_WITH_MPI
 #include "distributed/gradient_sync.h"
+#include "distributed/pipeline/tensor_messages.h"
 #include "distributed/process_group.h"
 #if LOOM_WITH_NCCL
 #include "distributed/nccl/process_group_nccl.h"
@@ -66,34 +67,16 @@ void add(Eval& total, const Eval& e) {
 }
 
 #if LOOM_TRAIN_WITH_MPI
-// An activation whose shape the receiving stage does not know: its shape, then its data, both
-// blocking and in the same order on both sides (the stages run the batches in the same order).
-constexpr int64_t kMaxRank = 8;
-
+// Evaluation through the stages: one batch's activation at a time, blocking, in the same order
+// on both sides (the stages run the batches in the same order); the pipeline's tensor messages.
 void send_activation(distributed::ProcessGroup& group, const Tensor& t, int peer) {
-  LOOM_CHECK(t.dim() <= kMaxRank && t.dtype() == kFloat32,
-             "train --pp: a stage's output must be float32 of rank <= ", kMaxRank, ", got ", t.dtype(),
-             " of rank ", t.dim());
-  Tensor header = zeros({kMaxRank + 1}, TensorOptions(kInt64));
-  auto* h = header.data_ptr<int64_t>();
-  h[0] = t.dim();
-  for (int64_t i = 0; i < t.dim(); ++i) h[i + 1] = t.size(i);
-  // Both messages on the group's device (NCCL sends CUDA tensors only).
-  group.send(header.to(group.device()), peer);  // returns when the next stage has the shape...
-  group.send(t.contiguous(), peer);  // ...and when it has the data (blocking send)
+  const Tensor data = t.contiguous();
+  // Waits until the next stage has the shape and the data.
+  for (const distributed::WorkPtr& work : distributed::pipeline::send_tensor(group, data, peer, 0)) work->wait();
 }
 
 Tensor recv_activation(distributed::ProcessGroup& group, int peer) {
-  Tensor received = zeros({kMaxRank + 1}, TensorOptions(kInt64).device(group.device()));
-  group.recv(received, peer);  // waits for the previous stage's forward of this batch
-  const Tensor header = received.to(kCPU);
-  const auto* h = header.data_ptr<int64_t>();
-  LOOM_CHECK(h[0] >= 0 && h[0] <= kMaxRank, "train --pp: a bad activation header from stage ", peer);
-  DimVector sizes;
-  for (int64_t i = 0; i < h[0]; ++i) sizes.push_back(h[i + 1]);
-  Tensor t = empty(sizes, TensorOptions(kFloat32).device(group.device()));
-  group.recv(t, peer);
-  return t;
+  return distributed::pipeline::recv_tensor(group, peer, 0);  // waits for the previous stage's forward
 }
 #endif
 
