@@ -3,29 +3,27 @@
 
 #include <cstdio>
 
-#include "tools/train/format.h"
+#include "tools/common/format.h"
 
 namespace loom::train {
 
 std::string redrawn_progress_line(const ProgressLine& l) {
   // Where the epoch is, how long it has left, how it goes.
-  const int width = 20;
-  int filled = static_cast<int>(l.progress * width);
-  std::string bar(static_cast<size_t>(filled), '=');
-  if (filled < width) bar += '>' + std::string(static_cast<size_t>(width - filled - 1), ' ');
   char line[256];
-  std::snprintf(line, sizeof line, "\repoch %lld/%lld [%s] %3.0f%% ETA %s loss %.3f %s %s lr %.1e\033[K",
-                static_cast<long long>(l.epoch + 1), static_cast<long long>(l.epochs), bar.c_str(), 100 * l.progress,
-                format_duration(l.eta).c_str(), l.loss, format_rate(l.rate).c_str(), l.unit.c_str(), l.lr);
+  std::snprintf(line, sizeof line, "\repoch %lld/%lld %s %3.0f%% ETA %s loss %.3f %s %s lr %.1e\033[K",
+                static_cast<long long>(l.epoch + 1), static_cast<long long>(l.epochs),
+                tools::progress_bar(l.progress).c_str(), 100 * l.progress,
+                tools::format_duration(l.eta).c_str(), l.loss, tools::format_rate(l.rate).c_str(),
+                l.unit.c_str(), l.lr);
   return line;
 }
 
 std::string plain_progress_line(const ProgressLine& l, double elapsed_s) {
   char line[256];
   std::snprintf(line, sizeof line, "epoch %lld/%lld step %lld (%3.0f%%) loss %.4f %s %s lr %.2e %s\n",
-                static_cast<long long>(l.epoch + 1), static_cast<long long>(l.epochs), static_cast<long long>(l.step),
-                100 * l.progress, l.loss, format_rate(l.rate).c_str(), l.unit.c_str(), l.lr,
-                format_duration(elapsed_s).c_str());
+                static_cast<long long>(l.epoch + 1), static_cast<long long>(l.epochs),
+                static_cast<long long>(l.step), 100 * l.progress, l.loss, tools::format_rate(l.rate).c_str(),
+                l.unit.c_str(), l.lr, tools::format_duration(elapsed_s).c_str());
   return line;
 }
 

@@ -24,8 +24,8 @@
 #include "nn/training_state.h"
 #include "ops/ops.h"
 #include "quant/distill.h"
+#include "tools/common/format.h"
 #include "tools/train/fault_injection.h"
-#include "tools/train/format.h"
 #include "tools/train/model_setup.h"
 #include "tools/train/parallelism.h"
 #include "tools/train/progress.h"
@@ -494,7 +494,7 @@ void print_pipeline(std::ostream& out, const PipelineReport& pipeline, const std
       << ")\n";
   for (int64_t s = 0; s < pipeline.stages; ++s)
     out << "train: stage " << s << ": peak " << pipeline.peak_live_microbatches[s] << " live micro-batches, "
-        << format_bytes(pipeline.peak_activation_bytes[s]) << " of activations\n";
+        << tools::format_bytes(pipeline.peak_activation_bytes[s]) << " of activations\n";
 }
 
 TrainSummary Trainer::print_summary(const std::optional<PipelineReport>& pipeline) {
@@ -512,7 +512,7 @@ TrainSummary Trainer::print_summary(const std::optional<PipelineReport>& pipelin
     std::snprintf(val, sizeof val, "%s", o_.val.empty() ? ", no --val set" : ", stopped before the first validation");
   std::snprintf(line, sizeof line, "train: done: %lld steps, %lld/%lld epochs in %s%s\n",
                 static_cast<long long>(step_), static_cast<long long>(summary_.epochs),
-                static_cast<long long>(o_.epochs), format_duration(summary_.seconds).c_str(), val);
+                static_cast<long long>(o_.epochs), tools::format_duration(summary_.seconds).c_str(), val);
   out_ << line << "train: run directory " << o_.out << " (model.safetensors, report.html, metrics.jsonl, checkpoint "
        << summary_.checkpoint.filename().string() << ")\n";
   return summary_;

@@ -1,10 +1,10 @@
-/* How `train` writes numbers for people (see format.h). */
-#include "tools/train/format.h"
+/* How the tools write numbers for people (see format.h). */
+#include "tools/common/format.h"
 
 #include <algorithm>
 #include <cstdio>
 
-namespace loom::train {
+namespace loom::tools {
 
 std::string format_bytes(int64_t bytes) {
   char buf[32];
@@ -14,7 +14,6 @@ std::string format_bytes(int64_t bytes) {
     std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(bytes) / (1 << 10));
   return buf;
 }
-
 
 std::string format_duration(double seconds) {
   auto s = static_cast<int64_t>(std::max(0.0, seconds));
@@ -39,4 +38,11 @@ std::string format_rate(double rate) {
   return buf;
 }
 
-}  // namespace loom::train
+std::string progress_bar(double fraction, int width) {
+  const int filled = std::clamp(static_cast<int>(fraction * width), 0, width);
+  std::string bar(static_cast<size_t>(filled), '=');
+  if (filled < width) bar += '>' + std::string(static_cast<size_t>(width - filled - 1), ' ');
+  return "[" + bar + "]";
+}
+
+}  // namespace loom::tools
