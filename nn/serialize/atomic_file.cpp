@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "nn/serialize/io_faults.h"
 
 namespace loom::nn {
 namespace fs = std::filesystem;
@@ -52,7 +53,7 @@ void FileSink::write(const void* data, size_t n) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
     // Linux writes at most 0x7ffff000 bytes per call; larger requests just come back short.
-    const ssize_t done = ::write(fd_, p, n);
+    const ssize_t done = io_write(fd_, p, n);
     if (done < 0) {
       if (errno == EINTR) continue;
       LOOM_FAIL("write_file_atomically: writing '", path_.string(), "' failed: ", errno_text(errno));
@@ -67,7 +68,7 @@ void fsync_directory(const fs::path& dir) {
   const fs::path d = dir.empty() ? fs::path(".") : dir;
   FdGuard guard{::open(d.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
   LOOM_CHECK(guard.fd >= 0, "fsync_directory: cannot open directory '", d.string(), "': ", errno_text(errno));
-  LOOM_CHECK(::fsync(guard.fd) == 0, "fsync_directory: fsync of '", d.string(),
+  LOOM_CHECK(io_fsync(guard.fd) == 0, "fsync_directory: fsync of '", d.string(),
              "' failed: ", errno_text(errno));
 }
 
@@ -83,14 +84,14 @@ void write_file_atomically(const fs::path& target, const std::function<void(File
     writer(sink);
     // fsync before rename: otherwise the file system may persist the rename before the data,
     // and a power loss would leave an empty or partial file under the final name.
-    LOOM_CHECK(::fsync(guard.fd) == 0, "write_file_atomically: fsync of '", tmp.string(),
+    LOOM_CHECK(io_fsync(guard.fd) == 0, "write_file_atomically: fsync of '", tmp.string(),
                "' failed: ", errno_text(errno));
     const int fd = guard.fd;
     guard.fd = -1;
     // close can report a deferred write error (NFS); the data is not safe if it does.
     LOOM_CHECK(::close(fd) == 0, "write_file_atomically: closing '", tmp.string(),
                "' failed: ", errno_text(errno));
-    LOOM_CHECK(::rename(tmp.c_str(), target.c_str()) == 0, "write_file_atomically: renaming '", tmp.string(),
+    LOOM_CHECK(io_rename(tmp.c_str(), target.c_str()) == 0, "write_file_atomically: renaming '", tmp.string(),
                "' to '", target.string(), "' failed: ", errno_text(errno));
   } catch (...) {
     if (guard.fd >= 0) {

@@ -40,9 +40,12 @@ class FileSink {
 
 // Replaces `target` with what `writer` writes, atomically: the bytes go to a temporary file
 // "<dir>/.<name>.tmp-<pid>-<counter>" which is fsynced, renamed over `target`, and then the
-// directory is fsynced. The target's directory must exist. On any failure the temporary file
-// is removed and `target` is left as it was; system-call failures throw loom::Error naming
-// the path and strerror(errno), and an exception thrown by `writer` propagates unchanged.
+// directory is fsynced. The target's directory must exist. On a failure before the rename the
+// temporary file is removed and `target` is left as it was; when only the directory's fsync
+// after the rename fails, `target` already holds the new content, which may not survive a
+// power loss (a caller that must keep the old content then restores it, as
+// CheckpointManager does for `latest`). System-call failures throw loom::Error naming the path
+// and strerror(errno), and an exception thrown by `writer` propagates unchanged.
 void write_file_atomically(const std::filesystem::path& target, const std::function<void(FileSink&)>& writer);
 void write_file_atomically(const std::filesystem::path& target, std::string_view bytes);
 

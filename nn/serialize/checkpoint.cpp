@@ -20,6 +20,7 @@
 
 #include "core/error.h"
 #include "nn/serialize/atomic_file.h"
+#include "nn/serialize/io_faults.h"
 #include "nn/serialize/safetensors.h"
 
 namespace loom::nn {
@@ -79,7 +80,7 @@ void remove_tree(const fs::path& path) {
 }
 
 void rename_or_throw(const fs::path& from, const fs::path& to) {
-  LOOM_CHECK(::rename(from.c_str(), to.c_str()) == 0, "CheckpointManager: renaming '", from.string(),
+  LOOM_CHECK(io_rename(from.c_str(), to.c_str()) == 0, "CheckpointManager: renaming '", from.string(),
              "' to '", to.string(), "' failed: ", std::strerror(errno));
 }
 
@@ -204,15 +205,27 @@ void CheckpointManager::prepare_save() const {
 void CheckpointManager::publish(const fs::path& tmp, int64_t step) const {
   const std::string name = step_dir_name(step);
   const fs::path target = dir_ / name;
+  // When the fsync that makes a rename durable fails, the rename is undone: a save that throws
+  // leaves the directory as it found it (a failed fsync says nothing of what reached the disk).
   if (!fs::exists(target)) {
     rename_or_throw(tmp, target);
-    fsync_directory(dir_);  // the rename is durable before `latest` can name the directory
+    try {
+      fsync_directory(dir_);  // the rename is durable before `latest` can name the directory
+    } catch (...) {
+      ::rename(target.c_str(), tmp.c_str());
+      throw;
+    }
     return;
   }
   // Re-saving a step (a run resumed from an earlier checkpoint): swap the two directories
   // atomically, so the name never points at nothing even if `latest` names it.
-  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
-    fsync_directory(dir_);
+  if (io_rename_exchange(tmp.c_str(), target.c_str()) == 0) {
+    try {
+      fsync_directory(dir_);
+    } catch (...) {
+      ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE);
+      throw;
+    }
     remove_tree(tmp);  // the replaced checkpoint now lives at tmp
     return;
   }
@@ -223,7 +236,7 @@ void CheckpointManager::publish(const fs::path& tmp, int64_t step) const {
              target.string(), "' failed: ", std::strerror(errno));
   const fs::path aside = temporary_dir(dir_, "replaced-" + name);
   rename_or_throw(target, aside);
-  if (::rename(tmp.c_str(), target.c_str()) != 0) {
+  if (io_rename(tmp.c_str(), target.c_str()) != 0) {
     const int err = errno;
     ::rename(aside.c_str(), target.c_str());  // put the old checkpoint back
     LOOM_FAIL("CheckpointManager: renaming '", tmp.string(), "' to '", target.string(), "' failed: ",
@@ -258,6 +271,8 @@ CheckpointManager::PendingSave CheckpointManager::begin_save(int64_t step,
     }
   } catch (const Error& e) {
     error = e.what();
+    std::error_code ignored;
+    if (group_.rank == 0 && !pending.tmp.empty()) fs::remove_all(pending.tmp, ignored);
   }
   // Waits until rank 0 created the directory every rank writes into.
   if (!agree(error.empty()))
@@ -292,7 +307,10 @@ fs::path CheckpointManager::commit_save(const PendingSave& pending, const std::s
     throw Error(write_error.empty() ? failed_elsewhere(pending.step) : write_error);
   }
   std::string error;
+  last_save_warning_.clear();
   if (group_.rank == 0) {
+    const std::optional<int64_t> previous = latest_step();
+    bool published = false;
     try {
       Json meta = {{"format", kFormat}, {"version", kFormatVersion}, {"step", pending.step}};
       if (group_.size == 1) {
@@ -308,17 +326,53 @@ fs::path CheckpointManager::commit_save(const PendingSave& pending, const std::s
       // it (write_file_atomically: temporary file, fsync, rename, fsync dir), and only then
       // prune: until `latest` moved, an older checkpoint was the latest.
       publish(pending.tmp, pending.step);
+      published = true;
       write_file_atomically(dir_ / kLatest, name + "\n");
-      prune(pending.step);
     } catch (const Error& e) {
       error = e.what();
       std::error_code ignored;
       fs::remove_all(pending.tmp, ignored);
+      if (published) error += unpublish(pending.step, previous);
+    }
+    // The checkpoint is committed: a failure to remove old ones loses nothing, and the next
+    // save's prepare_save() tries again, so it is reported, not thrown.
+    if (error.empty()) {
+      try {
+        prune(pending.step);
+      } catch (const Error& e) {
+        last_save_warning_ = e.what();
+      }
     }
   }
   // Waits until rank 0 committed, so that a save that returned is the job's latest checkpoint.
   if (!agree(error.empty())) throw Error(error.empty() ? failed_elsewhere(pending.step) : error);
   return dir_ / name;
+}
+
+// After `latest` could not be moved to (or made durable at) `step`: puts back the pointer to the
+// previous checkpoint and takes the new directory out of sight, so that the checkpoint that
+// loads is the one that did before the save. Returns what could not be undone ("" if all was).
+std::string CheckpointManager::unpublish(int64_t step, std::optional<int64_t> previous) const {
+  std::string problems;
+  try {
+    if (latest_step() != previous) {
+      if (previous)
+        write_file_atomically(dir_ / kLatest, step_dir_name(*previous) + "\n");
+      else
+        LOOM_CHECK(::unlink((dir_ / kLatest).c_str()) == 0, "cannot remove '", (dir_ / kLatest).string(),
+                   "': ", std::strerror(errno));
+    }
+    // A re-saved step that `latest` named before has replaced its old files: it stays.
+    if (previous != step) {
+      const fs::path doomed = temporary_dir(dir_, "delete-" + step_dir_name(step));
+      rename_or_throw(dir_ / step_dir_name(step), doomed);
+      remove_tree(doomed);
+    }
+    fsync_directory(dir_);
+  } catch (const Error& e) {
+    problems = std::string("; undoing the save also failed: ") + e.what();
+  }
+  return problems;
 }
 
 std::string CheckpointManager::failed_elsewhere(int64_t step) const {

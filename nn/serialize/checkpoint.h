@@ -87,8 +87,11 @@ class CheckpointManager {
   // its own sections (metadata_json is rank 0's); when any rank fails, every rank throws and
   // `latest` still names the previous checkpoint.
   // Throws loom::Error for step < 0, a section name that is not [A-Za-z0-9_-][A-Za-z0-9_.-]*
-  // (or is "meta"), invalid metadata JSON, and any I/O failure (naming the path); a failed
-  // save leaves `latest` and the existing checkpoints untouched.
+  // (or is "meta"), invalid metadata JSON, and any I/O failure (naming the path and
+  // strerror); a failed save leaves `latest` and the existing checkpoints untouched, and no
+  // file of its own outside a .tmp-* name (which no load reads and the next save removes).
+  // Failing to prune old checkpoints after the commit does not fail the save (see
+  // last_save_warning()).
   std::filesystem::path save(int64_t step, const std::map<std::string, StateDict>& sections,
                              const std::string& metadata_json = "{}");
 
@@ -134,6 +137,9 @@ class CheckpointManager {
   std::filesystem::path commit_save(const PendingSave& pending, const std::string& write_error);
   // "step-00000123"
   static std::string step_dir_name(int64_t step);
+  // Empty, or why the last save (which succeeded) could not remove the checkpoints beyond
+  // keep_last; the next save tries again.
+  const std::string& last_save_warning() const { return last_save_warning_; }
 
  private:
   Checkpoint load_dir(const std::filesystem::path& step_dir, int64_t step) const;
@@ -147,11 +153,13 @@ class CheckpointManager {
   // The step `latest` names; nullopt when it is missing or malformed.
   std::optional<int64_t> latest_step() const;
   void remove_leftovers() const;
+  std::string unpublish(int64_t step, std::optional<int64_t> previous) const;
   void prune(int64_t saved_step) const;
 
   std::filesystem::path dir_;
   int keep_last_;
   CheckpointGroup group_;
+  std::string last_save_warning_;
 };
 
 }  // namespace loom::nn

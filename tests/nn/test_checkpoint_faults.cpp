@@ -1,0 +1,154 @@
+/*
+ * A full disk (ENOSPC) or a failing device (EIO) at each durable-storage call of a checkpoint
+ * save (nn/serialize/io_faults.h): for every k, the k-th write, fsync or rename of one save
+ * fails, until the save has fewer than k of them. After each failure the save threw an error
+ * naming the path and strerror, the previous checkpoint is still the one that loads (with its
+ * contents), and nothing of the failed save is left in the run directory; after each success
+ * the new one loads. Synchronous and asynchronous saves alike.
+ */
+#include <doctest/doctest.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include "nn/serialize/io_faults.h"
+#include "nn/serialize/serialize.h"
+#include "tests/test_util.h"
+
+using namespace loom;
+using namespace loom::nn;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::map<std::string, StateDict> state_at(int64_t step) {
+  Tensor weight = full({64}, static_cast<double>(step), kFloat32);
+  Tensor counter = full({}, static_cast<double>(step), kInt64);
+  StateDict model, optimizer;
+  model.insert("weight", weight);
+  optimizer.insert("step", counter);
+  return {{"model", model}, {"optimizer", optimizer}};
+}
+
+std::string meta_at(int64_t step) { return "{\"step\":" + std::to_string(step) + "}"; }
+
+void check_holds(const Checkpoint& c, int64_t step) {
+  CHECK(c.step == step);
+  CHECK(c.note.empty());
+  CHECK(c.metadata == meta_at(step));
+  CHECK(equal(c.sections.at("model").at("weight"), full({64}, static_cast<double>(step), kFloat32)));
+  CHECK(c.sections.at("optimizer").at("step").item<int64_t>() == step);
+}
+
+std::set<std::string> entries(const fs::path& dir) {
+  std::set<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+  return out;
+}
+
+// Steps 1 and 2 saved (keep_last 2: saving step 3 then prunes step 1).
+CheckpointManager fresh_run(const fs::path& dir) {
+  fs::remove_all(dir);
+  CheckpointManager manager(dir, 2);
+  manager.save(1, state_at(1), meta_at(1));
+  manager.save(2, state_at(2), meta_at(2));
+  return manager;
+}
+
+struct Outcome {
+  int failures = 0;   // saves that threw
+  int absorbed = 0;   // faults that hit the prune after the commit (a warning, not a failure)
+  int64_t calls = 0;  // the save's calls of the kind: the first k that did not fire, less one
+};
+
+// Saves step 3 with the k-th call of `op` failing with `error`, for k = 1, 2, ... until the save
+// makes fewer than k such calls. `save` runs one save of step 3 (synchronous or not).
+template <class Save>
+Outcome fail_each_call(const fs::path& dir, IoOp op, int error, Save save) {
+  Outcome out;
+  const std::string text = std::strerror(error);
+  for (int64_t k = 1;; ++k) {
+    CAPTURE(k);
+    CheckpointManager manager = fresh_run(dir);
+    arm_io_fault({op, k, error});
+    std::string message;
+    try {
+      save(manager);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    const bool fired = io_fault_fired();
+    disarm_io_fault();
+    if (!fired) {
+      REQUIRE(message.empty());
+      check_holds(*manager.load_latest(), 3);
+      out.calls = k - 1;
+      return out;
+    }
+    if (message.empty()) {
+      // Only the clean-up after the commit may absorb the fault: step 3 is committed.
+      ++out.absorbed;
+      CHECK(manager.last_save_warning().find(text) != std::string::npos);
+      check_holds(*manager.load_latest(), 3);
+      continue;
+    }
+    ++out.failures;
+    CAPTURE(message);
+    CHECK(message.find(text) != std::string::npos);
+    CHECK(message.find(dir.string()) != std::string::npos);
+    check_holds(*manager.load_latest(), 2);
+    // Nothing of the failed save remains: no step-3 directory, no temporary file or directory.
+    CHECK(entries(dir) == std::set<std::string>{"latest", "step-00000001", "step-00000002"});
+    // And the next save, with the disk healthy again, succeeds.
+    save(manager);
+    check_holds(*manager.load_latest(), 3);
+  }
+}
+
+void sync_save(CheckpointManager& m) { m.save(3, state_at(3), meta_at(3)); }
+
+void async_save(CheckpointManager& m) {
+  AsyncCheckpointer async(m);
+  async.save(3, state_at(3), meta_at(3));
+  async.wait();
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint faults: ENOSPC and EIO at every write, fsync and rename of a save keep the previous checkpoint") {
+  test::ScratchDir scratch("ckpt_faults_sync");
+  const fs::path dir = scratch.path() / "run";
+  for (IoOp op : {IoOp::kWrite, IoOp::kFsync, IoOp::kRename}) {
+    for (int error : {ENOSPC, EIO}) {
+      CAPTURE(io_op_name(op));
+      CAPTURE(error);
+      const Outcome o = fail_each_call(dir, op, error, sync_save);
+      // A save of two sections writes at least: 2 sections + meta.json + latest; fsyncs each
+      // of them and the directories; renames each into place, the step directory too.
+      CHECK(o.calls >= 4);
+      CHECK(o.failures + o.absorbed == o.calls);
+      CHECK(o.failures >= 4);
+      CHECK(o.absorbed <= 1);  // the prune of step 1: its rename, or the fsync after it
+    }
+  }
+}
+
+TEST_CASE("checkpoint faults: the k-th system call of any kind, synchronous and asynchronous saves") {
+  test::ScratchDir scratch("ckpt_faults_any");
+  const fs::path dir = scratch.path() / "run";
+  const Outcome sync = fail_each_call(dir, IoOp::kAny, EIO, sync_save);
+  const Outcome async = fail_each_call(dir, IoOp::kAny, ENOSPC, async_save);
+  CHECK(sync.calls == async.calls);  // the same protocol, on another thread
+  CHECK(sync.failures >= 12);
+  CHECK(async.failures == sync.failures);
+}
+
+TEST_CASE("checkpoint faults: arm_io_fault rejects a count below 1 and a non-positive errno") {
+  CHECK_THROWS_WITH_AS(arm_io_fault({IoOp::kWrite, 0, EIO}), doctest::Contains("nth must be >= 1"), Error);
+  CHECK_THROWS_WITH_AS(arm_io_fault({IoOp::kWrite, 1, 0}), doctest::Contains("positive errno"), Error);
+  CHECK(io_op_from_name("fsync") == IoOp::kFsync);
+  CHECK(!io_op_from_name("sync").has_value());
+}
