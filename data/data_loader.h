@@ -23,9 +23,18 @@
  * position too: the next pass continues where it stopped.
  *
  * Errors: a sample whose reading or transform throws reaches the caller as a loom::Error
- * naming the sample's dataset index, its epoch and batch, and the original message; the
- * loader has then stopped and joined its workers. Destroying the loader, or starting a new
- * pass, mid-epoch stops and joins them as well.
+ * naming the sample's dataset index, its epoch and batch, the worker that read it and the
+ * dataset's file (Dataset::source()), and the original message; the loader has then stopped
+ * and joined its workers. Destroying the loader, or starting a new pass, mid-epoch stops and
+ * joins them as well. Before each batch the dataset checks that its file is still the one it
+ * opened (Dataset::check_unchanged()): a file replaced, truncated or deleted mid-run is an error
+ * naming it, never garbage data.
+ *
+ * Hangs: with timeout(seconds) > 0 (as torch's DataLoader(timeout=...)), a batch not ready
+ * within that time after it is asked for ends the pass with a loom::Error naming the worker, the
+ * sample it is stuck on and the file. A stuck thread cannot be joined: it is detached, and it
+ * keeps what it uses alive by itself (batch_pipeline.h), so neither that error nor destroying
+ * the loader afterwards waits for it.
  */
 #pragma once
 
@@ -74,6 +83,9 @@ struct DataLoaderOptions {
   LOOM_DATA_ARG(bool, pin_memory, false)
   // Where batches are delivered; a CUDA device gets asynchronous copies from pinned memory.
   LOOM_DATA_ARG(Device, device, kCPU)
+  // Seconds a batch may take to arrive once it is asked for; 0: wait as long as it takes.
+  // Needs workers >= 1 (with 0 the caller's own thread reads, and cannot time itself out).
+  LOOM_DATA_ARG(double, timeout, 0)
 };
 
 // The loader's position: the next batch it delivers is batch `batch` of epoch `epoch`.
@@ -123,7 +135,11 @@ class DataLoader {
     Batch batch;
     std::shared_ptr<PendingCopy> copy;
   };
-  Prepared produce(int64_t epoch, int64_t index, const std::vector<int64_t>& order) const;
+  struct Pass;  // what a pass's workers use; they own it jointly (data_loader.cpp)
+  std::shared_ptr<Pass> make_pass(int64_t epoch, std::shared_ptr<const std::vector<int64_t>> order,
+                                  int workers) const;
+  static Prepared produce(Pass& pass, int64_t index, int worker);
+  std::string timeout_message(const PipelineTimeout& timeout) const;
   std::shared_ptr<const std::vector<int64_t>> order(int64_t epoch) const;
   bool next(Batch& out);  // false at the end of the epoch
   void stop();
@@ -133,8 +149,9 @@ class DataLoader {
   TransformPtr transform_;
   std::shared_ptr<const Sampler> sampler_;
   bool default_sampler_ = false;
-  std::unique_ptr<DeviceTransfer> transfer_;
+  std::shared_ptr<const DeviceTransfer> transfer_;
   BatchAllocator host_alloc_;
+  std::shared_ptr<Pass> pass_;  // the running pass's, for the timeout's message
 
   int64_t epoch_ = 0, next_batch_ = 0;
   std::unique_ptr<OrderedPipeline<Prepared>> pipeline_;

@@ -34,6 +34,13 @@ class Dataset {
   // transforms applied), for the disk cache: equal identities mean equal examples. Empty when
   // unknown: such a dataset cannot be cached on disk.
   virtual std::string identity() const { return ""; }
+  // The file the examples are read from, for error messages ("data/train.h5"); empty for data
+  // held in memory. Wrappers (Subset, caches) give their inner dataset's.
+  virtual std::string source() const { return ""; }
+  // Throws loom::Error naming the file when the file the examples are read from was replaced,
+  // truncated, modified or deleted since the dataset opened it (see Hdf5File::check_unchanged).
+  // The loader calls it once per batch: it must be cheap (a stat). Datasets in memory do nothing.
+  virtual void check_unchanged() const {}
 };
 
 // Rows of `data` (and of `target`, if defined), as torch's TensorDataset. The tensors are
@@ -58,6 +65,8 @@ class Subset : public Dataset {
   int64_t size() const override { return size_; }
   Example get(int64_t index) const override;
   std::string identity() const override;
+  std::string source() const override { return dataset_->source(); }
+  void check_unchanged() const override { dataset_->check_unchanged(); }
 
  private:
   std::shared_ptr<const Dataset> dataset_;

@@ -16,14 +16,38 @@ namespace loom::data {
 
 namespace fs = std::filesystem;
 
+namespace {
+int64_t mtime_ns_of(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+}  // namespace
+
 std::string file_identity(const std::string& path) {
   struct stat st {};
   LOOM_CHECK(::stat(path.c_str(), &st) == 0, path, ": cannot stat: ", std::strerror(errno));
   std::error_code ec;
   fs::path abs = fs::weakly_canonical(fs::absolute(path), ec);
-  const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  return ::loom::detail::concat(ec ? path : abs.string(), "|size=", st.st_size, "|mtime_ns=", mtime_ns,
+  return ::loom::detail::concat(ec ? path : abs.string(), "|size=", st.st_size, "|mtime_ns=", mtime_ns_of(st),
                                 "|inode=", st.st_ino);
+}
+
+FileStamp file_stamp(const std::string& path) {
+  struct stat st {};
+  LOOM_CHECK(::stat(path.c_str(), &st) == 0, path, ": cannot stat: ", std::strerror(errno));
+  return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), static_cast<int64_t>(st.st_size),
+          mtime_ns_of(st)};
+}
+
+std::string file_change(const std::string& path, const FileStamp& stamp) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return errno == ENOENT ? "was deleted" : ::loom::detail::concat("cannot be stat'ed (", std::strerror(errno), ")");
+  if (static_cast<uint64_t>(st.st_dev) != stamp.device || static_cast<uint64_t>(st.st_ino) != stamp.inode)
+    return "was replaced by another file";
+  if (static_cast<int64_t>(st.st_size) != stamp.size)
+    return ::loom::detail::concat("changed size from ", stamp.size, " to ", st.st_size, " bytes (truncated or rewritten)");
+  if (mtime_ns_of(st) != stamp.mtime_ns) return "was modified (its modification time changed)";
+  return "";
 }
 
 std::string temp_path_for(const std::string& path) {

@@ -8,6 +8,7 @@
  */
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -15,6 +16,20 @@ namespace loom::data {
 
 // "<absolute path>|size=...|mtime_ns=...|inode=..."; throws loom::Error when the file is missing.
 std::string file_identity(const std::string& path);
+
+// A file as stat(2) saw it once. A reader that keeps a file open records it at opening, and
+// compares before each read: a file replaced (a new file renamed over the name), truncated,
+// rewritten in place or deleted no longer matches. One stat is a microsecond or so, against a
+// chunk read and decode of tens of them, so it can run that often.
+struct FileStamp {
+  uint64_t device = 0, inode = 0;
+  int64_t size = 0, mtime_ns = 0;
+};
+// Throws loom::Error naming the file when it cannot be stat'ed.
+FileStamp file_stamp(const std::string& path);
+// "" when `path` is still the file `stamp` describes; otherwise what became of it ("was
+// deleted", "was replaced by another file", "changed size from 100 to 40 bytes", "was modified").
+std::string file_change(const std::string& path, const FileStamp& stamp);
 
 // A fresh temporary name in the directory of `path` (same file system, so rename is atomic).
 std::string temp_path_for(const std::string& path);

@@ -143,6 +143,7 @@ std::shared_ptr<Hdf5File> Hdf5File::open(const std::string& path) {
   }
   const uintmax_t size = std::filesystem::file_size(path, ec);
   LOOM_CHECK(!ec, path, ": cannot read its size: ", ec.message());
+  const FileStamp stamp = file_stamp(path);
   Hdf5Handle fapl(LOOM_HDF5_CHECK(H5Pcreate(H5P_FILE_ACCESS), path), H5Pclose);
   Hdf5Handle file(LOOM_HDF5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), path,
                                   ": cannot open (truncated or corrupted?)"),
@@ -157,7 +158,15 @@ std::shared_ptr<Hdf5File> Hdf5File::open(const std::string& path) {
       seen == size, path, ": is ", size, " bytes on disk but ", seen,
       " bytes to HDF5, which still has it open from before it changed (close every handle to it first)");
   auto vlen_guard = std::make_unique<Hdf5VlenGuard>(file.get(), path, size);
-  return std::shared_ptr<Hdf5File>(new Hdf5File(path, std::move(file), size, std::move(vlen_guard)));
+  return std::shared_ptr<Hdf5File>(new Hdf5File(path, std::move(file), size, std::move(vlen_guard), stamp));
+}
+
+void Hdf5File::check_unchanged() const {
+  if (!stamp_) return;
+  const std::string change = file_change(path_, *stamp_);
+  LOOM_CHECK(change.empty(), "HDF5 file '", path_, "' ", change,
+             " while it was open for reading; its data can no longer be trusted: restore the file, or start "
+             "again with the new one");
 }
 
 std::shared_ptr<Hdf5File> Hdf5File::create(const std::string& path) {
@@ -314,6 +323,7 @@ Hdf5DatasetInfo Hdf5File::describe(hid_t dataset, const std::string& name) const
 
 void Hdf5File::read_rows(hid_t dataset, const std::string& name, int64_t begin, int64_t end, DType dtype,
                          void* out) const {
+  check_unchanged();
   Hdf5Lock lock;
   Hdf5Handle space(LOOM_HDF5_CHECK(H5Dget_space(dataset), path_, ": dataset '", name, "'"), H5Sclose);
   const int ndims = LOOM_HDF5_CHECK(H5Sget_simple_extent_ndims(space.get()), path_, ": dataset '", name, "'");
@@ -339,6 +349,7 @@ void Hdf5File::read_rows(hid_t dataset, const std::string& name, int64_t begin, 
 
 bool Hdf5File::read_raw_chunk(hid_t dataset, const std::string& name, const std::vector<int64_t>& offset,
                               std::vector<uint8_t>& bytes, uint32_t& filter_mask) const {
+  check_unchanged();
   Hdf5Lock lock;
   const std::string what = ::loom::detail::concat(path_, ": dataset '", name, "': chunk at row ", offset[0]);
   std::vector<hsize_t> off = to_hsize(offset);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "data/file_util.h"
 #include "data/hdf5_vlen_guard.h"
 
 namespace loom::data {
@@ -110,6 +111,14 @@ class Hdf5File {
   // Bytes of the file when opened for reading (what its contents are held to); unlimited
   // (UINT64_MAX) for a file being written.
   uint64_t file_size() const { return file_size_; }
+  // Throws loom::Error naming the file when it was deleted, replaced, truncated or modified
+  // since open() (file_util.h's FileStamp; nothing for a file being written). read_rows and
+  // read_raw_chunk check first: HDF5 would read a truncated file's missing bytes as an error
+  // at best, and a file rewritten in place as other data (a replaced or deleted file is still
+  // read whole through the open descriptor, but the run should not go on with a file that is
+  // no longer there). Datasets also call it once per batch (Dataset::check_unchanged), so a
+  // change is caught even when every chunk is already in the cache.
+  void check_unchanged() const;
 
   // Whether `name` is a dataset stored in this file. Throws when a link on the way is a soft
   // or external link (an external link would open another file, of the file's choosing).
@@ -158,8 +167,13 @@ class Hdf5File {
   void close();
 
  private:
-  Hdf5File(std::string path, Hdf5Handle file, uint64_t file_size, std::unique_ptr<Hdf5VlenGuard> vlen_guard)
-      : path_(std::move(path)), file_(std::move(file)), file_size_(file_size), vlen_guard_(std::move(vlen_guard)) {}
+  Hdf5File(std::string path, Hdf5Handle file, uint64_t file_size, std::unique_ptr<Hdf5VlenGuard> vlen_guard,
+           std::optional<FileStamp> stamp = std::nullopt)
+      : path_(std::move(path)),
+        file_(std::move(file)),
+        file_size_(file_size),
+        vlen_guard_(std::move(vlen_guard)),
+        stamp_(stamp) {}
   Hdf5Handle open_owner(const std::string& owner) const;
   Hdf5Handle open_attribute(const std::string& name, const std::string& owner) const;
 
@@ -169,6 +183,7 @@ class Hdf5File {
   // Checks variable-length strings before libhdf5 follows them (hdf5_vlen_guard.h). Null for
   // a file being written: its strings are Loom's own. Used under the HDF5 lock.
   std::unique_ptr<Hdf5VlenGuard> vlen_guard_;
+  std::optional<FileStamp> stamp_;  // the file as opened for reading
 };
 
 // The HDF5 memory type for a Loom dtype (H5T_NATIVE_UINT8 ...).

@@ -35,6 +35,8 @@ class Hdf5ImageDataset : public Dataset {
   // data: uint8 [C, H, W]; target: int64 [] (the label).
   Example get(int64_t index) const override;
   std::string identity() const override { return identity_; }
+  std::string source() const override { return path_; }
+  void check_unchanged() const override { file_->check_unchanged(); }
 
   // Images [begin, end) as one uint8 tensor [end - begin, C, H, W], through the chunk cache.
   Tensor images(int64_t begin, int64_t end) const;

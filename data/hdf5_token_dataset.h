@@ -35,6 +35,8 @@ class Hdf5TokenDataset : public Dataset {
   // data: int64 [block_size]; target: undefined.
   Example get(int64_t index) const override;
   std::string identity() const override { return identity_; }
+  std::string source() const override { return path_; }
+  void check_unchanged() const override { file_->check_unchanged(); }
 
   // Tokens [begin, end) of the whole stream, int64.
   Tensor tokens(int64_t begin, int64_t end) const;
