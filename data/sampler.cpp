@@ -37,6 +37,28 @@ std::vector<int64_t> RandomSampler::indices(int64_t epoch) const {
   return permutation(n_, seed_, epoch);
 }
 
+RandomWithReplacementSampler::RandomWithReplacementSampler(int64_t n, int64_t num_samples, uint64_t seed,
+                                                           int64_t num_replicas, int64_t rank)
+    : n_(n), replicas_(num_replicas), rank_(rank), seed_(seed) {
+  LOOM_CHECK(n >= 1, "RandomWithReplacementSampler: needs a dataset of at least one example, got ", n);
+  LOOM_CHECK(num_samples >= 1, "RandomWithReplacementSampler: num_samples must be >= 1, got ", num_samples);
+  LOOM_CHECK(num_replicas >= 1, "RandomWithReplacementSampler: num_replicas must be >= 1, got ", num_replicas);
+  LOOM_CHECK(rank >= 0 && rank < num_replicas, "RandomWithReplacementSampler: rank ", rank, " is not in [0, ",
+             num_replicas, ")");
+  per_rank_ = (num_samples + num_replicas - 1) / num_replicas;
+}
+
+std::vector<int64_t> RandomWithReplacementSampler::indices(int64_t epoch) const {
+  PhiloxStream rng(mix_key(seed_, kSamplerStream), static_cast<uint64_t>(epoch), 0);
+  std::vector<int64_t> mine;
+  mine.reserve(static_cast<size_t>(per_rank_));
+  for (int64_t i = 0; i < per_rank_ * replicas_; ++i) {
+    const auto index = static_cast<int64_t>(rng.below(static_cast<uint64_t>(n_)));
+    if (i % replicas_ == rank_) mine.push_back(index);
+  }
+  return mine;
+}
+
 DistributedSampler::DistributedSampler(int64_t n, int64_t num_replicas, int64_t rank,
                                        DistributedSamplerOptions options)
     : n_(n), replicas_(num_replicas), rank_(rank), options_(options) {

@@ -43,6 +43,25 @@ class RandomSampler : public Sampler {
   uint64_t seed_;
 };
 
+// num_samples indices per epoch, each drawn uniformly from 0..n-1 with replacement, from
+// (seed, epoch): torch's RandomSampler(replacement=True, num_samples=...). An epoch's length is
+// then a choice, not the dataset's size: the random-offset text windows of nanoGPT, say, where
+// every start position is an example and an epoch is as many windows as the user wants. With
+// num_replicas > 1 every rank draws the same num_samples indices and keeps every
+// num_replicas-th from `rank` on (ceil(num_samples / num_replicas) of them; the last round is
+// drawn whole, so ranks stay equal).
+class RandomWithReplacementSampler : public Sampler {
+ public:
+  RandomWithReplacementSampler(int64_t n, int64_t num_samples, uint64_t seed, int64_t num_replicas = 1,
+                               int64_t rank = 0);
+  int64_t size() const override { return per_rank_; }
+  std::vector<int64_t> indices(int64_t epoch) const override;
+
+ private:
+  int64_t n_, replicas_, rank_, per_rank_;
+  uint64_t seed_;
+};
+
 // A uniformly random permutation of 0..n-1, a pure function of (seed, epoch) (Fisher-Yates
 // driven by Philox).
 std::vector<int64_t> permutation(int64_t n, uint64_t seed, int64_t epoch);

@@ -79,3 +79,40 @@ TEST_CASE("DistributedSampler shards are disjoint, equal, covering, reshuffled p
   CHECK_THROWS_AS(DistributedSampler(10, 2, 2), Error);
   CHECK_THROWS_AS(DistributedSampler(10, 0, 0), Error);
 }
+
+TEST_CASE("RandomWithReplacementSampler: an epoch of any length, uniform draws, split alike over ranks") {
+  RandomWithReplacementSampler s(10, 5000, 7);
+  CHECK(s.size() == 5000);
+  const std::vector<int64_t> e0 = s.indices(0);
+  CHECK(e0.size() == 5000);
+  CHECK(e0 == RandomWithReplacementSampler(10, 5000, 7).indices(0));  // a pure function of (seed, epoch)
+  CHECK(e0 != s.indices(1));
+  CHECK(e0 != RandomWithReplacementSampler(10, 5000, 8).indices(0));
+  // Uniform over 0..9: each index 500 times expected, sd about 21; chi-square with 9 degrees of
+  // freedom stays under 27.9 with probability 0.999.
+  std::vector<int64_t> counts(10, 0);
+  for (int64_t i : e0) {
+    REQUIRE(i >= 0);
+    REQUIRE(i < 10);
+    ++counts[static_cast<size_t>(i)];
+  }
+  double chi2 = 0;
+  for (int64_t c : counts) chi2 += (c - 500.0) * (c - 500.0) / 500.0;
+  CHECK(chi2 < 27.9);
+  // Longer than the dataset, so indices repeat: with replacement, not a permutation.
+  CHECK(std::set<int64_t>(e0.begin(), e0.end()).size() == 10);
+
+  // Three ranks: each holds every third draw of the same sequence; 7 samples give 3 each, the
+  // last round drawn whole.
+  const std::vector<int64_t> all = RandomWithReplacementSampler(1000, 9, 3).indices(4);
+  for (int64_t rank = 0; rank < 3; ++rank) {
+    RandomWithReplacementSampler shard(1000, 7, 3, 3, rank);
+    CHECK(shard.size() == 3);
+    const std::vector<int64_t> mine = shard.indices(4);
+    REQUIRE(mine.size() == 3);
+    for (size_t k = 0; k < 3; ++k) CHECK(mine[k] == all[k * 3 + static_cast<size_t>(rank)]);
+  }
+  CHECK_THROWS_WITH_AS(RandomWithReplacementSampler(0, 5, 1), doctest::Contains("at least one example"), Error);
+  CHECK_THROWS_WITH_AS(RandomWithReplacementSampler(5, 0, 1), doctest::Contains("num_samples"), Error);
+  CHECK_THROWS_WITH_AS(RandomWithReplacementSampler(5, 5, 1, 2, 2), doctest::Contains("rank 2"), Error);
+}

@@ -32,6 +32,7 @@ constexpr std::array<std::string_view, 5> kLrScheduleWords{"none", "cosine", "st
 constexpr std::array<std::string_view, 3> kAmpWords{"none", "bf16", "fp16"};
 constexpr std::array<std::string_view, 2> kDeviceWords{"cpu", "cuda"};
 constexpr std::array<std::string_view, 2> kPipelineScheduleWords{"gpipe", "1f1b"};
+constexpr std::array<std::string_view, 2> kTextWindowsWords{"blocks", "random"};
 
 template <size_t N>
 CLI::IsMember one_of(const std::array<std::string_view, N>& words) {
@@ -111,6 +112,7 @@ std::string_view to_string(OptimizerKind optimizer) {
 std::string_view to_string(LrSchedule schedule) { return kLrScheduleWords[static_cast<size_t>(schedule)]; }
 std::string_view to_string(AmpMode amp) { return kAmpWords[static_cast<size_t>(amp)]; }
 std::string_view to_string(DeviceKind device) { return kDeviceWords[static_cast<size_t>(device)]; }
+std::string_view to_string(TextWindows windows) { return kTextWindowsWords[static_cast<size_t>(windows)]; }
 std::string_view to_string(PipelineSchedule schedule) {
   return kPipelineScheduleWords[static_cast<size_t>(schedule)];
 }
@@ -144,7 +146,8 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
   // become the enums once parsing is done: --help and the bad-value errors read as for any text.
   std::string model = str(to_string(o.model)), optimizer = str(to_string(o.optimizer)),
               schedule = str(to_string(o.schedule)), amp = str(to_string(o.amp)),
-              device = str(to_string(o.device)), pipeline_schedule = str(to_string(o.pipeline_schedule));
+              device = str(to_string(o.device)), pipeline_schedule = str(to_string(o.pipeline_schedule)),
+              windows = str(to_string(o.windows));
 
   app.add_option("--model", model, "Model: mlp, cnn (SmallCNN), resnet (CIFAR ResNet) or gpt")
       ->check(one_of(kModelWords));
@@ -158,6 +161,13 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
   app.add_option("--context", o.context, "gpt: tokens per training window")->check(CLI::PositiveNumber);
   app.add_option("--dropout", o.dropout, "gpt: dropout probability after the embeddings and in every block")
       ->check(CLI::Range(0.0, 0.95));
+  app.add_option("--windows", windows,
+                 "gpt: blocks (an epoch is every context-long block once, each window at a random offset in "
+                 "its block and the next) or random (nanoGPT's: every window starts anywhere in the text)")
+      ->check(one_of(kTextWindowsWords));
+  app.add_option("--windows-per-epoch", o.windows_per_epoch,
+                 "gpt, --windows random: windows per epoch (0: as many as blocks, tokens / context)")
+      ->check(CLI::NonNegativeNumber);
 
   app.add_option("--data", o.data,
                  "Training set, an HDF5 file from make_dataset (required unless --generate)");
@@ -290,6 +300,7 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
   o.amp = kind_of<AmpMode>(amp, kAmpWords);
   o.device = kind_of<DeviceKind>(device, kDeviceWords);
   o.pipeline_schedule = kind_of<PipelineSchedule>(pipeline_schedule, kPipelineScheduleWords);
+  o.windows = kind_of<TextWindows>(windows, kTextWindowsWords);
   if (resume_dir && o.out.empty()) o.out = *resume_dir;
   if (resume_dir && o.out != *resume_dir)
     fail("--resume " + *resume_dir + " with --out " + o.out +
@@ -312,6 +323,10 @@ void validate(const TrainOptions& o) {
     fail("--d-model " + std::to_string(o.d_model) + " is not divisible by --heads " +
          std::to_string(o.heads));
   if (o.schedule == LrSchedule::kCosine && o.warmup < 0) fail("--warmup must be >= 0");
+  if (o.model != ModelKind::kGpt && o.windows != TextWindows::kBlocks)
+    fail("--windows " + std::string(to_string(o.windows)) + " cuts text windows: it needs --model gpt");
+  if (o.windows_per_epoch != 0 && o.windows != TextWindows::kRandom)
+    fail("--windows-per-epoch " + std::to_string(o.windows_per_epoch) + " needs --windows random");
   validate_parallelism(o);
   validate_device(o);
 }
@@ -448,6 +463,10 @@ nlohmann::json to_json(const TrainOptions& o) {
   if (o.zero != 0) j["zero"] = o.zero;
   if (o.collective_timeout != 300) j["collective-timeout"] = o.collective_timeout;
   if (o.train_examples != 0) j["train-examples"] = o.train_examples;
+  if (o.windows != TextWindows::kBlocks) {
+    j["windows"] = to_string(o.windows);
+    j["windows-per-epoch"] = o.windows_per_epoch;
+  }
   if (o.device != DeviceKind::kCpu) j["device"] = to_string(o.device);
   if (!o.teacher.empty()) {
     j["teacher"] = o.teacher;

@@ -24,12 +24,14 @@ enum class LrSchedule { kNone, kCosine, kStep, kLinear, kOneCycle };  // --sched
 enum class AmpMode { kOff, kBf16, kFp16 };                            // --amp ("none" is kOff)
 enum class DeviceKind { kCpu, kCuda };                                // --device
 enum class PipelineSchedule { kGPipe, kOneFOneB };                    // --pipeline-schedule
+enum class TextWindows { kBlocks, kRandom };                         // --windows
 
 std::string_view to_string(ModelKind model);
 std::string_view to_string(OptimizerKind optimizer);
 std::string_view to_string(LrSchedule schedule);
 std::string_view to_string(AmpMode amp);
 std::string_view to_string(DeviceKind device);
+std::string_view to_string(TextWindows windows);
 std::string_view to_string(PipelineSchedule schedule);
 
 struct TrainOptions {
@@ -42,6 +44,8 @@ struct TrainOptions {
   int64_t d_model = 128;           // gpt
   int64_t context = 64;            // gpt: tokens per training window
   double dropout = 0.0;            // gpt: after the embeddings and inside every block
+  TextWindows windows = TextWindows::kBlocks;  // gpt: how training windows are cut from the text
+  int64_t windows_per_epoch = 0;   // gpt, --windows random: 0 is the blocks' count (tokens / context)
   // Data.
   std::string data;            // TRAIN.h5
   std::string val;             // VAL.h5 (optional)

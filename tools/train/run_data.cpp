@@ -52,12 +52,19 @@ Data open_data(const TrainOptions& o) {
     // Training examples are 2T-token blocks every T tokens, cut by RandomTokenWindow into a
     // random T-token input and its next-token target; validation blocks are exactly T + 1 tokens,
     // so their windows are fixed.
+    //
+    // --windows random instead makes every start position an example (T + 1 tokens, stride 1)
+    // and draws an epoch's windows from them with replacement, as nanoGPT does (trainer.cpp's
+    // sampler); an epoch is then as long as asked, whatever the text's length.
     const int64_t t = o.context;
+    const bool random = o.windows == TextWindows::kRandom;
     auto train = std::make_shared<data::Hdf5TokenDataset>(
-        o.data, data::Hdf5TokenOptions{.block_size = 2 * t, .stride = t});
+        o.data, random ? data::Hdf5TokenOptions{.block_size = t + 1, .stride = 1}
+                       : data::Hdf5TokenOptions{.block_size = 2 * t, .stride = t});
     d.vocab = train->vocab_size();
     d.train = train;
     d.train_transform = std::make_shared<data::RandomTokenWindow>(t);
+    if (random) d.random_windows = o.windows_per_epoch > 0 ? o.windows_per_epoch : train->num_tokens() / t;
     if (!o.val.empty()) {
       auto val = std::make_shared<data::Hdf5TokenDataset>(
           o.val, data::Hdf5TokenOptions{.block_size = t + 1, .stride = t});

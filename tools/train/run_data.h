@@ -20,6 +20,9 @@ struct Data {
   data::TransformPtr train_transform, val_transform;
   int64_t channels = 0, height = 0, width = 0, classes = 0;  // images
   int64_t vocab = 0;                                         // tokens
+  // tokens, --windows random: windows drawn per epoch (with replacement) from `train`, whose
+  // example i is the window starting at token i; 0: `train`'s examples are visited once each.
+  int64_t random_windows = 0;
   std::vector<float> mean, std;  // images: the per-channel normalisation of the inputs
 };
 

@@ -157,7 +157,10 @@ void Trainer::make_loaders() {
   // [k·N·b, (k+1)·N·b) of that permutation: the batch of one process with --batch N·b. The
   // tensor and pipeline ranks of a replica read the same batch.
   std::shared_ptr<const data::Sampler> sampler;
-  if (job_.data_size() > 1)
+  if (d_.random_windows > 0)  // --windows random: the epoch's windows drawn alike on every rank, split as above
+    sampler = std::make_shared<data::RandomWithReplacementSampler>(d_.train->size(), d_.random_windows, o_.seed,
+                                                                   job_.data_size(), job_.data_rank());
+  else if (job_.data_size() > 1)
     sampler = std::make_shared<data::DistributedSampler>(
         d_.train->size(), job_.data_size(), job_.data_rank(),
         data::DistributedSamplerOptions{.shuffle = true, .seed = o_.seed});
