@@ -31,7 +31,7 @@ PredictionData open_prediction_data(const std::string& path, const ModelInput& i
     // T + 1, so RandomTokenWindow has one place to start (0) and every window is fixed. The
     // last tokens that do not fill a window are not scored.
     const int64_t t = input.context;
-    const int64_t n = Hdf5TokenDataset(path, Hdf5TokenOptions{.block_size = 1}).num_tokens();
+    const int64_t n = file->describe("tokens").rows();
     LOOM_CHECK(n >= t + 1, path, ": ", n, " tokens, fewer than one window of the model's context ", t,
                " + 1");
     auto set = std::make_shared<Hdf5TokenDataset>(path, Hdf5TokenOptions{.block_size = t + 1, .stride = t});

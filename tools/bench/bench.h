@@ -75,6 +75,7 @@ std::vector<BenchCase> quant_cases();    // quant_cases.cpp: INT8 inference
 std::vector<BenchCase> distill_cases();  // distill_cases.cpp: knowledge distillation
 std::vector<BenchCase> checkpoint_cases();  // checkpoint_cases.cpp: the pause a checkpoint causes
 std::vector<BenchCase> cuda_cases();        // cuda_cases.cpp: `bench --device cuda`
+std::vector<BenchCase> predict_cases();     // predict_cases.cpp: batch prediction (tools/predict)
 
 const std::vector<BenchCase>& all_cases();
 

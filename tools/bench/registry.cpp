@@ -33,8 +33,8 @@ Timing time_median(const std::function<void()>& run, const TimingOptions& option
 const std::vector<BenchCase>& all_cases() {
   static const std::vector<BenchCase> cases = [] {
     std::vector<BenchCase> all;
-    for (auto layer : {op_cases, autograd_cases, nn_cases, data_cases, quant_cases, distill_cases, checkpoint_cases,
-                       cuda_cases}) {
+    for (auto layer : {op_cases, autograd_cases, nn_cases, data_cases, quant_cases, distill_cases,
+                       checkpoint_cases, cuda_cases, predict_cases}) {
       std::vector<BenchCase> c = layer();
       all.insert(all.end(), c.begin(), c.end());
     }
