@@ -31,6 +31,7 @@ constexpr std::array<std::string_view, 3> kOptimizerWords{"sgd", "adam", "adamw"
 constexpr std::array<std::string_view, 5> kLrScheduleWords{"none", "cosine", "step", "linear", "onecycle"};
 constexpr std::array<std::string_view, 3> kAmpWords{"none", "bf16", "fp16"};
 constexpr std::array<std::string_view, 2> kDeviceWords{"cpu", "cuda"};
+constexpr std::array<std::string_view, 2> kCheckpointErrorWords{"stop", "continue"};
 constexpr std::array<std::string_view, 2> kPipelineScheduleWords{"gpipe", "1f1b"};
 constexpr std::array<std::string_view, 2> kTextWindowsWords{"blocks", "random"};
 
@@ -148,6 +149,7 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
               schedule = str(to_string(o.schedule)), amp = str(to_string(o.amp)),
               device = str(to_string(o.device)), pipeline_schedule = str(to_string(o.pipeline_schedule)),
               windows = str(to_string(o.windows));
+  std::string on_checkpoint_error = "stop";
 
   app.add_option("--model", model, "Model: mlp, cnn (SmallCNN), resnet (CIFAR ResNet) or gpt")
       ->check(one_of(kModelWords));
@@ -216,6 +218,14 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
                "Write checkpoints on a background thread: training pauses only to copy the state to memory, "
                "and the checkpoint becomes the latest at the first step after it is on disk");
   app.add_option("--checkpoint-every", o.checkpoint_every, "Steps between checkpoints (0: only at the end)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--on-checkpoint-error", on_checkpoint_error,
+                 "stop: a checkpoint that cannot be written (full disk, I/O error) ends the run; continue: "
+                 "warn, keep the last good checkpoint and try again at the next one")
+      ->check(one_of(kCheckpointErrorWords));
+  app.add_option("--loader-timeout", o.loader_timeout,
+                 "Seconds a batch may take to load before the run fails naming the stuck worker, sample and "
+                 "file (0: no limit; needs --workers >= 1)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--threads", o.threads, "Compute threads (0: every core)")->check(CLI::NonNegativeNumber);
   app.add_option("--device", device, "cpu, or cuda: train on GPU 0 (needs a build with the CUDA backend)")
@@ -299,6 +309,7 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
   o.schedule = kind_of<LrSchedule>(schedule, kLrScheduleWords);
   o.amp = kind_of<AmpMode>(amp, kAmpWords);
   o.device = kind_of<DeviceKind>(device, kDeviceWords);
+  o.continue_on_checkpoint_error = on_checkpoint_error == "continue";
   o.pipeline_schedule = kind_of<PipelineSchedule>(pipeline_schedule, kPipelineScheduleWords);
   o.windows = kind_of<TextWindows>(windows, kTextWindowsWords);
   if (resume_dir && o.out.empty()) o.out = *resume_dir;
@@ -327,6 +338,9 @@ void validate(const TrainOptions& o) {
     fail("--windows " + std::string(to_string(o.windows)) + " cuts text windows: it needs --model gpt");
   if (o.windows_per_epoch != 0 && o.windows != TextWindows::kRandom)
     fail("--windows-per-epoch " + std::to_string(o.windows_per_epoch) + " needs --windows random");
+  if (o.loader_timeout > 0 && o.workers == 0)
+    fail("--loader-timeout needs --workers >= 1: with --workers 0 batches load on the training thread, which "
+         "cannot time itself out");
   validate_parallelism(o);
   validate_device(o);
 }
@@ -448,6 +462,8 @@ nlohmann::json to_json(const TrainOptions& o) {
   j["log-every"] = o.log_every;
   j["checkpoint-every"] = o.checkpoint_every;
   if (o.checkpoint_async) j["checkpoint-async"] = true;
+  if (o.continue_on_checkpoint_error) j["on-checkpoint-error"] = "continue";
+  if (o.loader_timeout != 0) j["loader-timeout"] = o.loader_timeout;
   if (o.dropout != 0) j["dropout"] = o.dropout;
   j["threads"] = o.threads;
   j["trace"] = o.trace;

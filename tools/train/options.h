@@ -73,6 +73,8 @@ struct TrainOptions {
   int64_t log_every = 50;
   int64_t checkpoint_every = 0;  // steps; 0: only at the end
   bool checkpoint_async = false;  // write checkpoints on a background thread (nn::AsyncCheckpointer)
+  bool continue_on_checkpoint_error = false;  // --on-checkpoint-error continue: warn, retry at the next one
+  double loader_timeout = 0;  // --loader-timeout: seconds a batch may take; 0: no limit
   int threads = 0;               // 0: every core
   DeviceKind device = DeviceKind::kCpu;  // cuda: GPU 0
   std::string trace;

@@ -17,7 +17,8 @@ using nlohmann::json;
 // these is "a run of the same config".
 json comparable(json config) {
   for (const char* key : {"out", "workers", "log-every", "checkpoint-every", "checkpoint-async", "threads", "trace",
-                          "epochs", "collective-timeout"})
+                          "epochs", "collective-timeout",
+                          "on-checkpoint-error", "loader-timeout"})
     config.erase(key);
   return config;
 }

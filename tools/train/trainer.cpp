@@ -12,6 +12,7 @@
 #include <cmath>
 #include <fstream>
 #include <iomanip>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <string>
@@ -84,6 +85,7 @@ class Trainer {
   void validate_epoch(int64_t epoch);
   void save();
   void commit_finished_checkpoint(bool wait);
+  void checkpoint_failed(const Error& error, int64_t step);
   std::optional<PipelineReport> finish();
   void write_pipeline_metrics(const PipelineReport& pipeline);
   TrainSummary print_summary(const std::optional<PipelineReport>& pipeline);
@@ -129,6 +131,10 @@ void Trainer::setup() {
   if (o_.threads > 0) set_num_threads(o_.threads);
   trace_->begin("setup");
   d_ = load_data(o_);
+  // LOOM_FAULT_INJECT (tests/tools/kill_resume_test.sh, train_faults_test.sh): a rank that kills
+  // itself on cue, a checkpoint that meets a full disk, a training example that fails or hangs.
+  fault_ = injected_fault_from_env();
+  d_.train = with_loader_fault(fault_, d_.train);
   make_loaders();
   make_model();
   // An optimizer step takes --grad-accum batches; an epoch's last step may take fewer.
@@ -143,8 +149,6 @@ void Trainer::setup() {
   // --checkpoint-async: the same checkpoints, written by a background thread (committed at a
   // later step boundary, see nn/serialize/async_checkpoint.h).
   if (o_.checkpoint_async) async_checkpoints_.emplace(*checkpoints_);
-  // LOOM_FAULT_INJECT (tests/tools/kill_resume_test.sh): a rank that kills itself on cue.
-  fault_ = injected_fault_from_env();
   mesh_ = json{{"dp", o_.dp}, {"tp", o_.tp}, {"pp", o_.pp}, {"zero", o_.zero}};
   if (!o_.resume.empty()) resume();
   open_run_dir();
@@ -175,8 +179,12 @@ void Trainer::make_loaders() {
   // --device cuda: batches arrive on the GPU, copied asynchronously from pinned memory.
   device_ = o_.device == DeviceKind::kCuda ? Device::cuda() : Device(kCPU);
   auto options = [&](int64_t batch) {
-    return data::DataLoaderOptions().batch_size(batch).workers(o_.workers).device(device_).pin_memory(
-        device_.is_cuda());
+    return data::DataLoaderOptions()
+        .batch_size(batch)
+        .workers(o_.workers)
+        .device(device_)
+        .pin_memory(device_.is_cuda())
+        .timeout(o_.loader_timeout);
   };
   loader_ = std::make_unique<data::DataLoader>(d_.train, options(o_.batch).shuffle(sampler == nullptr).seed(o_.seed),
                                                d_.train_transform, sampler);
@@ -413,6 +421,7 @@ void Trainer::validate_epoch(int64_t epoch) {
 // save() returns on every rank only then, so no rank trains on (or exits, or is killed) while it
 // is written, and --resume restarts all of them from the same step.
 void Trainer::save() {
+  const int64_t saved_before = saved_step_;
   saved_step_ = step_;
   trace_->begin("checkpoint");
   std::map<std::string, nn::StateDict> sections{{"model", job_.local().state_dict()},
@@ -423,18 +432,47 @@ void Trainer::save() {
   if (o_.amp == AmpMode::kFp16) sections.emplace("scaler", scaler_->state_dict());
   json meta{{"step", step_}, {"epoch", loader_->state().epoch}, {"time_s", elapsed()}, {"mesh", mesh_},
             {"options", to_json(o_)}};
-  if (async_checkpoints_)
-    async_checkpoints_->save(step_, sections, meta.dump());  // the snapshot; the files follow
-  else
-    summary_.checkpoint = checkpoints_->save(step_, sections, meta.dump());
+  maybe_arm_io_fault(fault_, step_);
+  try {
+    if (async_checkpoints_)
+      async_checkpoints_->save(step_, sections, meta.dump());  // the snapshot; the files follow
+    else
+      summary_.checkpoint = checkpoints_->save(step_, sections, meta.dump());
+  } catch (const Error& e) {
+    trace_->end();
+    saved_step_ = saved_before;  // with --on-checkpoint-error continue, the end of the run tries again
+    checkpoint_failed(e, step_);
+    return;
+  }
+  if (!checkpoints_->last_save_warning().empty() && job_.main())
+    std::cerr << "train: warning: " << checkpoints_->last_save_warning() << "\n";
   trace_->end();
+}
+
+// A checkpoint that could not be written (full disk, I/O error) left the previous one as the
+// latest (nn/serialize/checkpoint.h). Every rank gets here alike: a group's save fails on all.
+void Trainer::checkpoint_failed(const Error& error, int64_t step) {
+  const std::string what = "the checkpoint of step " + std::to_string(step) + " could not be written: " +
+                           error.what() + "; 'latest' in " + o_.out + " still names the last good checkpoint";
+  if (!o_.continue_on_checkpoint_error)
+    throw Error(what + ". Free space or fix the disk, then continue with: train --resume " + o_.out +
+                " (--on-checkpoint-error continue trains on through such errors)");
+  if (job_.main())
+    std::cerr << (interactive_ ? "\n" : "") << "train: warning: " << what
+              << "; training goes on (--on-checkpoint-error continue) and the next checkpoint tries again\n";
 }
 
 // A background save is committed at the first step boundary after every rank wrote its part
 // (one agreement per step while it is pending), and finished before the run ends.
 void Trainer::commit_finished_checkpoint(bool wait) {
   if (!async_checkpoints_) return;
-  if (auto committed = wait ? async_checkpoints_->wait() : async_checkpoints_->poll()) summary_.checkpoint = *committed;
+  const int64_t step = saved_step_;  // the pending save's: the last save() started it
+  try {
+    if (auto committed = wait ? async_checkpoints_->wait() : async_checkpoints_->poll())
+      summary_.checkpoint = *committed;
+  } catch (const Error& e) {
+    checkpoint_failed(e, step);
+  }
 }
 
 // The last checkpoint, model.safetensors, the pipeline's metrics, the report and the trace.
