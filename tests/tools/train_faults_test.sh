@@ -8,6 +8,7 @@
 #      failed save is left; `train --resume B` then ends byte-identical to A
 #   C  as B with --on-checkpoint-error continue and EIO at the 1st write: a warning, the run goes
 #      on, and the next checkpoint (and the final files) are byte-identical to A's
+#   G  as B with --checkpoint-async (the background writer fails; the next step boundary stops)
 #   D  a training example whose reading throws: exit 1 naming the sample, the worker and the file
 #   E  a training example whose reading never returns, with --loader-timeout 1: exit 1 naming the
 #      stuck worker, the sample and the file, well before the test's own time limit
@@ -78,6 +79,19 @@ expect C "warning: the checkpoint of step 8 could not be written"
 expect C "Input/output error"
 expect C "training goes on"
 final_files_match C
+
+# G: as B with --checkpoint-async: the background writer's failure stops the run at the next step
+# boundary; the resume is byte-identical too.
+LOOM_FAULT_INJECT=io:op=write:nth=2:errno=ENOSPC:step=8 run G.log "$train" "${common[@]}" --out G --checkpoint-async
+[ "$rc" -eq 1 ] || { echo "$log"; fail "G: exit code $rc, expected 1"; }
+expect G "the checkpoint of step 8 could not be written"
+expect G "No space left on device"
+[ "$(tr -d '\n' < G/latest)" = step-00000004 ] || fail "G: latest is $(cat G/latest), expected step-00000004"
+leftovers=$(cd G && ls -A | grep -E '^\.|tmp' || true)
+[ -z "$leftovers" ] || fail "G: the failed save left: $leftovers"
+run G2.log "$train" --resume G
+[ "$rc" -eq 0 ] || { echo "$log"; fail "G: the resume failed"; }
+final_files_match G
 
 # D: a training example that throws.
 LOOM_FAULT_INJECT=loader:sample=5:throw run D.log "$train" "${common[@]}" --out D
