@@ -16,21 +16,13 @@
 #include "data/batch_prediction.h"
 #include "data/data.h"
 #include "ops/ops.h"
+#include "tests/data/hdf5_columns.h"
 #include "tests/test_util.h"
 
 namespace loom::test {
 namespace {
 
 namespace fs = std::filesystem;
-
-Tensor read_column(const fs::path& file, const std::string& name, DType dtype) {
-  auto f = data::Hdf5File::open(file.string());
-  const data::Hdf5DatasetInfo info = f->describe(name);
-  Tensor t = empty(info.dims, dtype);
-  data::Hdf5Handle d = f->open_dataset(name);
-  f->read_rows(d.get(), name, 0, info.rows(), dtype, t.data_ptr());
-  return t;
-}
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -25,6 +25,7 @@
 #include "ops/ops.h"
 #include "quant/quant.h"
 #include "tests/gpu_test.h"
+#include "tests/data/hdf5_columns.h"
 #include "tests/test_util.h"
 #include "tests/tools/quantize_fixtures.h"
 #include "tools/quantize/quantizer.h"
@@ -56,16 +57,6 @@ CliResult run_predict(const fs::path& dir, const std::vector<std::string>& args)
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
   r.output = read_text(log);
   return r;
-}
-
-// A column of a predictions file, read with Loom's HDF5 layer.
-Tensor read_column(const fs::path& file, const std::string& name, DType dtype) {
-  auto f = data::Hdf5File::open(file.string());
-  const data::Hdf5DatasetInfo info = f->describe(name);
-  Tensor t = empty(info.dims, dtype);
-  data::Hdf5Handle d = f->open_dataset(name);
-  f->read_rows(d.get(), name, 0, info.rows(), dtype, t.data_ptr());
-  return t;
 }
 
 // The test images as the model takes them: (x / 255 - mean) / std with the model file's values.

@@ -30,13 +30,8 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
   app.add_flag("--force", o.force, "Replace an existing --out file");
   app.add_flag("!--no-progress", o.progress, "No progress bar, only the summary");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    return {std::nullopt, 0, app.help()};
-  } catch (const CLI::ParseError& e) {
-    throw Error(e.what());
-  }
+  if (std::optional<std::string> help = tools::parse_command_line(app, argc, argv))
+    return {std::nullopt, 0, *help};
   return {o, 0, {}};
 }
 

@@ -10,6 +10,8 @@
 #include <optional>
 #include <string>
 
+#include "tools/common/command_line.h"
+
 namespace loom::predict {
 
 struct PredictOptions {
@@ -25,11 +27,7 @@ struct PredictOptions {
   bool progress = true;  // the progress bar (--no-progress: only the summary)
 };
 
-struct ParseOutcome {
-  std::optional<PredictOptions> options;  // empty: exit with exit_code after printing message
-  int exit_code = 0;
-  std::string message;
-};
+using ParseOutcome = tools::ParseOutcome<PredictOptions>;
 
 // Throws loom::Error with a one-line message for an unknown flag, a bad value or a missing
 // required option.

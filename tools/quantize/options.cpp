@@ -43,13 +43,8 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
   app.add_option("--device", o.device, "Measure accuracy and latency on cpu or cuda (calibration runs on the CPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    return {std::nullopt, 0, app.help()};
-  } catch (const CLI::ParseError& e) {
-    throw Error(e.what());
-  }
+  if (std::optional<std::string> help = tools::parse_command_line(app, argc, argv))
+    return {std::nullopt, 0, *help};
   if (!o.teacher.empty() && o.qat_epochs == 0)
     throw Error("--teacher distils during quantization-aware training: give --qat-epochs N too");
   return {o, 0, {}};

@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 
+#include "tools/common/command_line.h"
+
 namespace loom::quantize {
 
 struct QuantizeOptions {
@@ -41,11 +43,7 @@ struct QuantizeOptions {
   std::string device = "cpu";
 };
 
-struct ParseOutcome {
-  std::optional<QuantizeOptions> options;  // empty: exit with exit_code after printing message
-  int exit_code = 0;
-  std::string message;
-};
+using ParseOutcome = tools::ParseOutcome<QuantizeOptions>;
 
 // Throws loom::Error with a one-line message for an unknown flag, a bad value or a missing
 // required option.
