@@ -69,7 +69,7 @@ std::optional<InjectedFault> parse_injected_fault(const std::string& spec) {
   if (std::regex_match(spec, m, io)) {
     f.kind = InjectedFault::Kind::kIo;
     f.io = {*nn::io_op_from_name(m[1].str()), std::stoll(m[2].str()), errno_from_name(m[3].str())};
-    LOOM_CHECK(f.io.nth >= 1, "LOOM_FAULT_INJECT='", spec, "': nth counts from 1");
+    LOOM_CHECK(f.io.nth >= 1, "LOOM_FAULT_INJECT='", spec, "': nth counts from 1; ", kForms);
     f.step = m[4].matched ? std::stoll(m[4].str()) : 0;
     return f;
   }
