@@ -35,6 +35,9 @@ PredictionData open_prediction_data(const std::string& path, const ModelInput& i
     LOOM_CHECK(n >= t + 1, path, ": ", n, " tokens, fewer than one window of the model's context ", t,
                " + 1");
     auto set = std::make_shared<Hdf5TokenDataset>(path, Hdf5TokenOptions{.block_size = t + 1, .stride = t});
+    LOOM_CHECK(input.vocab == 0 || set->vocab_size() <= input.vocab, path, ": a vocabulary of ",
+               set->vocab_size(), " tokens, but the model knows ", input.vocab,
+               " (was it trained on another text?)");
     d.description = std::to_string(set->size()) + " windows of " + std::to_string(t) +
                     " tokens (vocabulary " + std::to_string(set->vocab_size()) + ")";
     d.dataset = set;
@@ -57,9 +60,9 @@ void check_model_takes(const ModelFn& model, const PredictionData& data, const s
                        Device device) {
   SampleRng rng(0, 0, 0);
   Example example = data.dataset->get(0);
-  if (data.transform) example = data.transform->apply(example, rng);
   NoGradGuard no_grad;
   try {
+    if (data.transform) example = data.transform->apply(example, rng);  // Normalize checks the channels
     model(example.data.unsqueeze(0).to(device));
   } catch (const Error& e) {
     std::ostringstream m;

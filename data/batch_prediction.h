@@ -38,6 +38,7 @@ struct ModelInput {
   // > 0: a language model; the data is a token stream cut into windows of `context` tokens,
   // each with its next-token targets.
   int64_t context = 0;
+  int64_t vocab = 0;  // a language model's vocabulary size; 0: unchecked
   // Images: the per-channel normalisation the model was trained with (tools/train records it in
   // the model file); empty: x / 255.
   std::vector<float> mean, std;
@@ -53,7 +54,8 @@ struct PredictionData {
 
 // Opens an HDF5 file of make_dataset's layout for a model that takes `input`. Throws loom::Error
 // naming the file when it is missing, holds neither /images nor /tokens, holds tokens for an
-// image model (or images for a language model), or has fewer than context + 1 tokens.
+// image model (or images for a language model), has fewer than context + 1 tokens, or has a
+// vocabulary larger than the model's.
 PredictionData open_prediction_data(const std::string& path, const ModelInput& input);
 
 // Runs example 0 of `data` (as a batch of one, on `device`) through `model`. Throws loom::Error

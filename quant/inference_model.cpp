@@ -64,7 +64,10 @@ InferenceModel load_inference_model(const std::filesystem::path& path, Device de
     loaded.model->eval();
     loaded.model->to(device);
     m.metadata = std::move(loaded.metadata);
-    if (const auto* gpt = dynamic_cast<const nn::GPT*>(loaded.model.get())) m.context = gpt->config().context;
+    if (const auto* gpt = dynamic_cast<const nn::GPT*>(loaded.model.get())) {
+      m.context = gpt->config().context;
+      m.vocab = gpt->config().vocab_size;
+    }
     m.description = json::parse(m.metadata.at(nn::kArchitectureKey)).value("model", std::string("?")) + " (" +
                     loaded.model->type_name() + ", " + std::to_string(loaded.model->num_parameters()) +
                     " parameters, f32)";

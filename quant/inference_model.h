@@ -30,6 +30,7 @@ struct InferenceModel {
   std::string description;  // "cnn (SmallCNN, 26,474 parameters, f32)", "INT8 (5 stages from cnn)"
   std::map<std::string, std::string> metadata;  // the file's metadata table
   int64_t context = 0;  // a language model's (GPT) tokens per window; 0 for image models
+  int64_t vocab = 0;    // a language model's vocabulary size; 0 for image models
   // The per-channel normalisation of its image inputs, as tools/train recorded it; empty when
   // the file records none (inputs are then x / 255).
   std::vector<float> mean, std;

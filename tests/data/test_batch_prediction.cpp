@@ -153,7 +153,9 @@ TEST_CASE("open_prediction_data and check_model_takes: errors name the file and 
                     doctest::Contains("holds images, but the model is a language model"));
   CHECK_THROWS_WITH(data::open_prediction_data(text.string(), {.context = 12}),
                     doctest::Contains("10 tokens, fewer than one window of the model's context 12 + 1"));
-  const data::PredictionData windows = data::open_prediction_data(text.string(), {.context = 3});
+  CHECK_THROWS_WITH(data::open_prediction_data(text.string(), {.context = 3, .vocab = 1}),
+                    doctest::Contains("a vocabulary of 2 tokens, but the model knows 1"));
+  const data::PredictionData windows = data::open_prediction_data(text.string(), {.context = 3, .vocab = 2});
   CHECK(windows.dataset->size() == 3);  // tokens [0, 4), [3, 7), [6, 10)
   const data::PredictionData d =
       data::open_prediction_data(images.string(), {.mean = {0.5f}, .std = {0.25f}});

@@ -18,7 +18,9 @@
 namespace loom::test {
 namespace {
 
-double max_abs_diff(const Tensor& a, const Tensor& b) { return a.sub(b).abs().max().item<double>(); }
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  return a.sub(b).abs().max().item<double>();
+}
 
 TEST_CASE("load_inference_model: a float and an INT8 SmallCNN compute what the models do") {
   ScratchDir dir("inference_model");
@@ -48,11 +50,12 @@ TEST_CASE("load_inference_model: a float and an INT8 SmallCNN compute what the m
   CHECK(max_abs_diff(q.forward(x), int8->forward(x)) == 0.0);
 }
 
-TEST_CASE("load_inference_model: a GPT's context; files that are not Loom models are errors naming them") {
+TEST_CASE("load_inference_model: a GPT's context and vocabulary, and files that are not Loom models are errors naming them") {
   ScratchDir dir("inference_model_errors");
   nn::GPT gpt(nn::GPTConfig{.vocab_size = 7, .context = 6, .n_layers = 1, .n_heads = 1, .d_model = 8});
   nn::save_model(dir.path() / "gpt.safetensors", gpt);
   CHECK(quant::load_inference_model(dir.path() / "gpt.safetensors").context == 6);
+  CHECK(quant::load_inference_model(dir.path() / "gpt.safetensors").vocab == 7);
 
   CHECK_THROWS_WITH(quant::load_inference_model(dir.path() / "nope.safetensors"),
                     doctest::Contains("nope.safetensors: no such model file"));

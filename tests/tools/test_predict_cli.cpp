@@ -123,7 +123,7 @@ Tensor float_forward(const fs::path& model_file, const fs::path& set) {
 }
 
 TEST_CASE(
-    "predict: f32 CNN predictions equal a direct forward pass, accuracy a count by hand; h5py reads them") {
+    "predict: f32 CNN predictions equal a direct forward pass, accuracy a count by hand, and h5py reads them") {
   ImageFixture f;
   check_predictions(f, f.model, float_forward(f.model, f.test_set));
 

@@ -1,5 +1,6 @@
 """PyTorch side of the bench cases that ../shared/anchors/ does not cover: add_f32_16M,
-copy_f32_16M (torch's own copy_) and softmax_f32_4096x4096, measured like the anchors.
+copy_f32_16M (torch's own copy_), softmax_f32_4096x4096 and predict_cnn_{f32,int8}_b{256,1}, measured
+like the anchors.
 
     /usr/bin/python3 tools/bench/torch_extra.py --threads 2
 """
@@ -23,3 +24,28 @@ emit(args, bench_name(), "copy_f32_16M", m, gbytes_per_s=round(2 * 4 * n / m["se
 x = torch.randn(4096, 4096)
 m = measure(lambda: torch.softmax(x, -1), args)
 emit(args, bench_name(), "softmax_f32_4096x4096", m, gbytes_per_s=round(2 * 4 * 4096 * 4096 / m["sec"] / 1e9, 1))
+
+# predict_cnn_{f32,int8}_b{256,1}: PyTorch's side of tools/bench/predict_cases.cpp — the SmallCNN
+# of models.py (3x32x32, as Loom's SmallCNN(3, 10, 32)) in eval and torch.inference_mode(), f32 and
+# INT8 by FX static post-training quantization with the onednn engine (as int8.py does; this
+# Debian build has no fbgemm). Forward only: no loading, no writing. samples_per_s = batch / s.
+import copy  # noqa: E402
+
+from torch.ao.quantization import get_default_qconfig_mapping  # noqa: E402
+from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx  # noqa: E402
+
+from models import SmallCNN  # noqa: E402
+
+cnn = SmallCNN().eval()
+torch.backends.quantized.engine = "onednn"
+prepared = prepare_fx(copy.deepcopy(cnn), get_default_qconfig_mapping("onednn"), (torch.randn(64, 3, 32, 32),))
+with torch.inference_mode():
+    for _ in range(4):
+        prepared(torch.randn(64, 3, 32, 32))
+cnn_int8 = convert_fx(prepared)
+for kind, model in (("f32", cnn), ("int8", cnn_int8)):
+    for batch in (256, 1):
+        x = torch.randn(batch, 3, 32, 32)
+        with torch.inference_mode():
+            m = measure(lambda: model(x), args)
+        emit(args, bench_name(), f"predict_cnn_{kind}_b{batch}", m, samples_per_s=round(batch / m["sec"], 1))

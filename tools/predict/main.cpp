@@ -112,8 +112,8 @@ int main(int argc, char** argv) {
     LOOM_CHECK(std::filesystem::exists(o.model), "--model ", o.model, ": no such file");
     model = flagged("--model", [&] { return quant::load_inference_model(o.model, device); });
     input = flagged("--data", [&] {
-      return data::open_prediction_data(o.data,
-                                        {.context = model->context, .mean = model->mean, .std = model->std});
+      return data::open_prediction_data(
+          o.data, {.context = model->context, .vocab = model->vocab, .mean = model->mean, .std = model->std});
     });
     data::check_model_takes(model->forward, input, "--data " + o.data, device);
     out = std::make_unique<data::PredictionFile>(o.out, input.dataset->size(), o.logits, o.force);
