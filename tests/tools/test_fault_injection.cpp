@@ -35,6 +35,12 @@ TEST_CASE("fault injection: kill, io and loader faults parse") {
   CHECK(hang->sample == 12);
   CHECK(hang->hang);
   CHECK(!parse_injected_fault("loader:sample=3:throw")->hang);
+
+  auto data = parse_injected_fault("data:step=5:delete");
+  CHECK(data->kind == InjectedFault::Kind::kData);
+  CHECK(data->step == 5);
+  CHECK(data->remove);
+  CHECK(!parse_injected_fault("data:step=5:truncate")->remove);
 }
 
 TEST_CASE("fault injection: an io fault is armed once, at the checkpoint it names") {
@@ -49,7 +55,8 @@ TEST_CASE("fault injection: an io fault is armed once, at the checkpoint it name
 TEST_CASE("fault injection: malformed values name the variable and the expected forms") {
   for (const char* spec : {"io:op=fsync:nth=two:errno=ENOSPC", "io:op=sync:nth=1:errno=EIO",
                            "io:op=write:nth=1:errno=EPERM", "io:op=write:nth=0:errno=EIO", "loader:sample=3:crash",
-                           "kill:rank=1", "io:op=write:nth=1:errno=EIO:step=x"}) {
+                           "kill:rank=1", "io:op=write:nth=1:errno=EIO:step=x",
+                           "data:step=5:rename"}) {
     CAPTURE(spec);
     const std::string msg = test::error_of([&] { parse_injected_fault(spec); });
     CHECK(msg.find(std::string("LOOM_FAULT_INJECT='") + spec + "'") != std::string::npos);

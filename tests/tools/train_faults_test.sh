@@ -12,6 +12,7 @@
 #   D  a training example whose reading throws: exit 1 naming the sample, the worker and the file
 #   E  a training example whose reading never returns, with --loader-timeout 1: exit 1 naming the
 #      stuck worker, the sample and the file, well before the test's own time limit
+#   H  the --data file truncated after step 5, I: deleted: exit 1 naming the file
 #   F  a malformed LOOM_FAULT_INJECT: a non-zero exit and the expected forms
 #
 # Usage: train_faults_test.sh TRAIN MAKE_DATASET WORK_DIR
@@ -109,6 +110,18 @@ expect E "was not ready within 1 s"
 expect E "is stuck reading sample 5"
 expect E "of file 'corpus.h5'"
 [ $(($(date +%s) - start)) -lt 120 ] || fail "E: took $(($(date +%s) - start)) s"
+
+# H, I: the --data file truncated or deleted under the running job: exit 1 naming the file, within
+# the few batches the workers had made ahead.
+for change in truncate delete; do
+  cp corpus.h5 "data-$change.h5"
+  LOOM_FAULT_INJECT="data:step=5:$change" run "$change.log" "$train" "${common[@]/corpus.h5/data-$change.h5}" \
+    --out "run-$change"
+  [ "$rc" -eq 1 ] || { echo "$log"; fail "$change: exit code $rc, expected 1"; }
+  expect "$change" "HDF5 file 'data-$change.h5'"
+  expect "$change" "while it was open for reading"
+  [ "$change" = delete ] && expect "$change" "was deleted" || expect "$change" "changed size from"
+done
 
 # F: malformed fault specifications are errors, not silently ignored.
 LOOM_FAULT_INJECT=io:op=fsync:nth=two:errno=ENOSPC run F.log "$train" "${common[@]}" --out F

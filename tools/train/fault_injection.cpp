@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <regex>
 #include <thread>
 
@@ -18,7 +19,8 @@ constexpr const char* kForms =
     "expected kill:rank=R:step=N (SIGKILL rank R after optimizer step N), "
     "io:op=write|fsync|rename|any:nth=K:errno=ENOSPC|EIO|EDQUOT|EROFS[:step=S] (the K-th such call of the "
     "checkpoint of step S, or of the first checkpoint, fails), or loader:sample=I:throw|hang (reading training "
-    "example I throws, or never returns)";
+    "example I throws, or never returns), or data:step=N:truncate|delete (the --data file is cut to half or "
+    "deleted after optimizer step N)";
 
 int errno_from_name(const std::string& name) {
   if (name == "ENOSPC") return ENOSPC;
@@ -59,6 +61,7 @@ std::optional<InjectedFault> parse_injected_fault(const std::string& spec) {
   static const std::regex io(
       R"(io:op=(write|fsync|rename|any):nth=(\d{1,9}):errno=(ENOSPC|EIO|EDQUOT|EROFS)(?::step=(\d{1,12}))?)");
   static const std::regex loader(R"(loader:sample=(\d{1,12}):(throw|hang))");
+  static const std::regex data(R"(data:step=(\d{1,12}):(truncate|delete))");
   std::smatch m;
   InjectedFault f;
   if (std::regex_match(spec, m, kill)) {
@@ -79,6 +82,12 @@ std::optional<InjectedFault> parse_injected_fault(const std::string& spec) {
     f.hang = m[2].str() == "hang";
     return f;
   }
+  if (std::regex_match(spec, m, data)) {
+    f.kind = InjectedFault::Kind::kData;
+    f.step = std::stoll(m[1].str());
+    f.remove = m[2].str() == "delete";
+    return f;
+  }
   LOOM_FAIL("LOOM_FAULT_INJECT='", spec, "': ", kForms);
 }
 
@@ -88,7 +97,19 @@ std::optional<InjectedFault> injected_fault_from_env() {
   return parse_injected_fault(spec);
 }
 
-void maybe_inject_fault(const std::optional<InjectedFault>& fault, int rank, int64_t step) {
+void maybe_inject_fault(const std::optional<InjectedFault>& fault, int rank, int64_t step,
+                        const std::string& data_file) {
+  if (fault && fault->kind == InjectedFault::Kind::kData && fault->step == step && rank == 0) {
+    std::fprintf(stderr, "train: LOOM_FAULT_INJECT: %s %s after step %lld\n", fault->remove ? "deleting" : "truncating",
+                 data_file.c_str(), static_cast<long long>(step));
+    std::error_code ec;
+    if (fault->remove)
+      std::filesystem::remove(data_file, ec);
+    else
+      std::filesystem::resize_file(data_file, std::filesystem::file_size(data_file, ec) / 2, ec);
+    LOOM_CHECK(!ec, "LOOM_FAULT_INJECT: cannot change '", data_file, "': ", ec.message());
+    return;
+  }
   if (!fault || fault->kind != InjectedFault::Kind::kKill || fault->rank != rank || fault->step != step) return;
   std::fprintf(stderr, "train: LOOM_FAULT_INJECT: rank %d kills itself after step %lld\n", rank,
                static_cast<long long>(step));

@@ -341,7 +341,7 @@ bool Trainer::after_step(const data::Batch& batch, double step_loss) {
     if (schedule_) schedule_->step();
   }
   ++step_;
-  maybe_inject_fault(fault_, job_.rank(), step_);
+  maybe_inject_fault(fault_, job_.rank(), step_, o_.data);
   commit_finished_checkpoint(false);
   ++progress_.steps_since;
   progress_.loss_since += step_loss;
@@ -421,6 +421,9 @@ void Trainer::validate_epoch(int64_t epoch) {
 // save() returns on every rank only then, so no rank trains on (or exits, or is killed) while it
 // is written, and --resume restarts all of them from the same step.
 void Trainer::save() {
+  // A background save still pending is finished first (as AsyncCheckpointer::save would), here,
+  // so that its failure is reported as its own step's.
+  commit_finished_checkpoint(true);
   const int64_t saved_before = saved_step_;
   saved_step_ = step_;
   trace_->begin("checkpoint");
