@@ -2,6 +2,8 @@
  * The bench cases. Shapes and metrics match the PyTorch anchors in ../shared/anchors/ so
  * that both sides run the same workload:
  *   matmul_f32_N        C = A B, square N x N float32, GFLOP/s = 2 N^3 / t
+ *   matmul_bf16_N       the same in bfloat16 (float32 accumulation), as torch.mm on bf16
+ *                       tensors (../shared/anchors/matmul.py, case "bf16 N^3")
  *   add_f32_16M         c = a + b over 16M float32, GB/s = 3 * 4 * 16M / t (2 reads, 1 write)
  *   copy_f32_16M        the reference bandwidth: a plain parallel copy loop b[i] = a[i],
  *                       GB/s = 2 * 4 * 16M / t; add should reach >= 80% of it
@@ -23,10 +25,13 @@ namespace {
 
 constexpr int64_t n16m = int64_t{16} << 20;
 
-BenchCase matmul_case(int64_t n) {
-  return {"matmul_f32_" + std::to_string(n), "gflops", "GFLOP/s", 1e9,
-          "square float32 matmul C = A B of size " + std::to_string(n), [n] {
-            Tensor a = randn({n, n}), b = randn({n, n});
+BenchCase matmul_case(int64_t n, DType dtype) {
+  const std::string type = dtype == kBFloat16 ? "bf16" : "f32";
+  return {"matmul_" + type + "_" + std::to_string(n), "gflops", "GFLOP/s", 1e9,
+          "square " + std::string(dtype == kBFloat16 ? "bfloat16" : "float32") + " matmul C = A B of size " +
+              std::to_string(n),
+          [n, dtype] {
+            Tensor a = randn({n, n}).to(dtype), b = randn({n, n}).to(dtype);
             return Workload{[a, b] { (void)matmul(a, b); }, 2.0 * n * n * n};
           }};
 }
@@ -68,7 +73,8 @@ BenchCase conv_case(int64_t cin, int64_t cout, bool with_grad_input, bool channe
 
 std::vector<BenchCase> op_cases() {
     std::vector<BenchCase> c;
-    for (int64_t n : {256, 1024, 2048}) c.push_back(matmul_case(n));
+    for (int64_t n : {256, 1024, 2048}) c.push_back(matmul_case(n, kFloat32));
+    for (int64_t n : {256, 1024, 2048}) c.push_back(matmul_case(n, kBFloat16));
     c.push_back({"add_f32_16M", "gbytes_per_s", "GB/s", 1e9, "c = a + b, 16M float32 (3 x 64 MiB of traffic)", [=] {
                    Tensor a = randn({n16m}), b = randn({n16m});
                    return Workload{[a, b] { (void)add(a, b); }, 3.0 * 4 * n16m};

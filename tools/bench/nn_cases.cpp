@@ -6,9 +6,13 @@
  *   cnn_train  SmallCNN (3x32x32, 94,666 params), cross entropy, SGD(0.01, 0.9), batch 64
  *   gpt_train  GPT vocab 65, context 64, 4 layers, 4 heads, d_model 128 (809,856 params, tied
  *              head), AdamW(lr 3e-4, weight decay 0.01), batch 16: tokens/s counts B * T
+ *   mlp_train_bf16, cnn_train_bf16  the same steps with the forward under bf16 autocast (the
+ *              matmuls and convolutions in bf16, float32 weights and optimizer), as
+ *              torch.autocast("cpu", torch.bfloat16); PyTorch's side is in tools/bench/torch_extra.py
  */
 #include <memory>
 
+#include "core/autocast.h"
 #include "nn/loss.h"
 #include "ops/ops.h"
 #include "nn/models/gpt.h"
@@ -22,30 +26,37 @@ namespace loom::bench {
 namespace {
 
 // Model, optimizer and batch live as long as the workload that steps them.
+// bf16_autocast: the forward and loss under AutocastGuard(kCPU, bf16), backward and step outside
+// it, as a torch.autocast training loop.
 template <class Model, class Optim>
 Workload training_step(std::shared_ptr<Model> model, std::shared_ptr<Optim> optimizer, Tensor input,
-                       Tensor target, double amount) {
-  auto run = [model, optimizer, input, target] {
+                       Tensor target, double amount, bool bf16_autocast = false) {
+  auto run = [model, optimizer, input, target, bf16_autocast] {
     optimizer->zero_grad();
-    Tensor logits = model->forward(input);
+    Tensor logits;
+    {
+      AutocastGuard autocast(kCPU, kBFloat16, bf16_autocast);
+      logits = model->forward(input);
+    }
     nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1})).backward();
     optimizer->step();
   };
   return {run, amount};
 }
 
-Workload mlp_train() {
+Workload mlp_train(bool bf16_autocast) {
   constexpr int64_t kBatch = 128;
   auto model = std::make_shared<nn::MLP>(std::vector<int64_t>{784, 512, 512, 10});
   auto optimizer = std::make_shared<nn::SGD>(model->parameters(), nn::SGDOptions{.lr = 0.01, .momentum = 0.9});
-  return training_step(model, optimizer, randn({kBatch, 784}), randint(0, 10, {kBatch}), kBatch);
+  return training_step(model, optimizer, randn({kBatch, 784}), randint(0, 10, {kBatch}), kBatch, bf16_autocast);
 }
 
-Workload cnn_train() {
+Workload cnn_train(bool bf16_autocast) {
   constexpr int64_t kBatch = 64;
   auto model = std::make_shared<nn::SmallCNN>(3, 10, 32);
   auto optimizer = std::make_shared<nn::SGD>(model->parameters(), nn::SGDOptions{.lr = 0.01, .momentum = 0.9});
-  return training_step(model, optimizer, randn({kBatch, 3, 32, 32}), randint(0, 10, {kBatch}), kBatch);
+  return training_step(model, optimizer, randn({kBatch, 3, 32, 32}), randint(0, 10, {kBatch}), kBatch,
+                       bf16_autocast);
 }
 
 Workload gpt_train() {
@@ -63,9 +74,15 @@ Workload gpt_train() {
 std::vector<BenchCase> nn_cases() {
   return {
       BenchCase("mlp_train", "samples_per_s", "samples/s", 1,
-                "MLP 784-512-512-10 training step, SGD momentum, batch 128", mlp_train),
+                "MLP 784-512-512-10 training step, SGD momentum, batch 128", [] { return mlp_train(false); }),
       BenchCase("cnn_train", "samples_per_s", "samples/s", 1,
-                "small CNN (conv5x5 3-32-64, pools, linear) training step, SGD momentum, batch 64", cnn_train),
+                "small CNN (conv5x5 3-32-64, pools, linear) training step, SGD momentum, batch 64",
+                [] { return cnn_train(false); }),
+      BenchCase("mlp_train_bf16", "samples_per_s", "samples/s", 1,
+                "MLP 784-512-512-10 training step under bf16 autocast, SGD momentum, batch 128",
+                [] { return mlp_train(true); }),
+      BenchCase("cnn_train_bf16", "samples_per_s", "samples/s", 1,
+                "small CNN training step under bf16 autocast, SGD momentum, batch 64", [] { return cnn_train(true); }),
       BenchCase("gpt_train", "tokens_per_s", "tokens/s", 1,
                 "GPT L4 H4 d128 T64 vocab 65 training step, AdamW, batch 16", gpt_train),
   };

@@ -1,6 +1,6 @@
 """PyTorch side of the bench cases that ../shared/anchors/ does not cover: add_f32_16M,
-copy_f32_16M (torch's own copy_), softmax_f32_4096x4096 and predict_cnn_{f32,int8}_b{256,1}, measured
-like the anchors.
+copy_f32_16M (torch's own copy_), softmax_f32_4096x4096, predict_cnn_{f32,int8}_b{256,1} and
+{mlp,cnn}_train_bf16, measured like the anchors.
 
     /usr/bin/python3 tools/bench/torch_extra.py --threads 2
 """
@@ -49,3 +49,25 @@ for kind, model in (("f32", cnn), ("int8", cnn_int8)):
         with torch.inference_mode():
             m = measure(lambda: model(x), args)
         emit(args, bench_name(), f"predict_cnn_{kind}_b{batch}", m, samples_per_s=round(batch / m["sec"], 1))
+
+# mlp_train_bf16, cnn_train_bf16: the anchors' MLP and SmallCNN training steps (mlp_train.py,
+# cnn_train.py) with the forward and loss under torch.autocast("cpu", torch.bfloat16), backward and
+# step outside it, as tools/bench/nn_cases.cpp. samples_per_s = batch / s.
+from torch.nn import functional as F  # noqa: E402
+
+from models import mlp  # noqa: E402
+
+for name, model, x in (("mlp_train_bf16", mlp(), torch.randn(128, 784)),
+                       ("cnn_train_bf16", SmallCNN(), torch.randn(64, 3, 32, 32))):
+    y = torch.randint(0, 10, (x.shape[0],))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+
+    m = measure(step, args)
+    emit(args, bench_name(), name, m, samples_per_s=round(x.shape[0] / m["sec"]))
