@@ -24,8 +24,8 @@
 #include "nn/nn.h"
 #include "ops/ops.h"
 #include "quant/quant.h"
-#include "tests/gpu_test.h"
 #include "tests/data/hdf5_columns.h"
+#include "tests/gpu_test.h"
 #include "tests/test_util.h"
 #include "tests/tools/quantize_fixtures.h"
 #include "tools/quantize/quantizer.h"
@@ -123,7 +123,8 @@ Tensor float_forward(const fs::path& model_file, const fs::path& set) {
 }
 
 TEST_CASE(
-    "predict: f32 CNN predictions equal a direct forward pass, accuracy a count by hand, and h5py reads them") {
+    "predict: f32 CNN predictions equal a direct forward pass, accuracy a count by hand, and h5py reads "
+    "them") {
   ImageFixture f;
   check_predictions(f, f.model, float_forward(f.model, f.test_set));
 
@@ -164,8 +165,8 @@ TEST_CASE(
   CHECK_FALSE(data::Hdf5File::open(out.string())->has_dataset("logits"));
 }
 
-TEST_CASE("predict: an INT8 model from quantize predicts what the INT8 model does directly") {
-  ImageFixture f;
+// The fixture's model quantized by tools/quantize (PTQ, 2 calibration batches); its file.
+std::string quantized(const ImageFixture& f) {
   quantize::QuantizeOptions q;
   q.model = f.model.string();
   q.calib = f.train_set.string();
@@ -174,9 +175,19 @@ TEST_CASE("predict: an INT8 model from quantize predicts what the INT8 model doe
   q.calib_batches = 2;
   std::ostringstream log;
   quantize::run_quantize(q, log);
-  auto int8 = quant::QuantizedModel::load(q.out);
+  return q.out;
+}
+
+Tensor int8_forward(const std::string& file, const fs::path& set) {
+  auto int8 = quant::QuantizedModel::load(file);
   NoGradGuard no_grad;
-  check_predictions(f, q.out, int8->forward(normalized_images(f.test_set, int8->metadata())));
+  return int8->forward(normalized_images(set, int8->metadata()));
+}
+
+TEST_CASE("predict: an INT8 model from quantize predicts what the INT8 model does directly") {
+  ImageFixture f;
+  const std::string int8 = quantized(f);
+  check_predictions(f, int8, int8_forward(int8, f.test_set));
   CHECK(data::Hdf5File::open((f.dir.path() / "p.h5").string())->string_attribute("model_kind").value() ==
         "int8");
 }
@@ -324,6 +335,8 @@ TEST_CASE("predict: --device cuda gives the CPU's predictions (emulated CUDA run
   ImageFixture f;
   check_predictions(f, f.model, float_forward(f.model, f.test_set), {"--device", "cuda"});
   CHECK(data::Hdf5File::open((f.dir.path() / "p.h5").string())->string_attribute("device").value() == "cuda");
+  const std::string int8 = quantized(f);  // the INT8 ops on CUDA round as the CPU's kernels do
+  check_predictions(f, int8, int8_forward(int8, f.test_set), {"--device", "cuda"});
 }
 
 }  // namespace
