@@ -249,6 +249,10 @@ TEST_CASE("train --tp / --pp on the mlp equals one process") {
                                              {.dp = 2, .pp = 2},
                                              {.dp = 2, .tp = 2, .clip = 0.5},
                                              {.dp = 2, .tp = 2, .grad_accum = 2}});
+  else if (n == 8)  // 3-D: every rank holds a quarter of one pipeline stage of one replica
+    check_meshes_against_one_process("mlp", {{.dp = 2, .tp = 2, .pp = 2},
+                                             {.dp = 2, .tp = 2, .pp = 2, .schedule = train::PipelineSchedule::kGPipe,
+                                              .clip = 0.5}});
 }
 
 TEST_CASE("train --zero 1 and 2 equal data parallelism with DDP") {
