@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 
@@ -85,6 +86,33 @@ double PredictionSummary::examples_per_second() const {
   return seconds > 0 ? static_cast<double>(examples) / seconds : 0.0;
 }
 
+std::string PredictionSummary::to_string() const {
+  char line[320];
+  int n = std::snprintf(line, sizeof line, "%lld examples in %.2f s: %.1f samples/s",
+                        static_cast<long long>(examples), seconds, examples_per_second());
+  const auto rest = [&] { return line + n; };
+  const size_t left = sizeof line - static_cast<size_t>(n);
+  if (has_targets() && sequences)
+    std::snprintf(rest(), left,
+                  "; perplexity %.4f (cross-entropy %.4f nats over %lld tokens), next-token accuracy %.2f%%",
+                  perplexity(), mean_cross_entropy(), static_cast<long long>(scored), 100 * accuracy());
+  else if (has_targets())
+    std::snprintf(rest(), left, "; accuracy %.2f%% (%lld of %lld)", 100 * accuracy(),
+                  static_cast<long long>(correct), static_cast<long long>(scored));
+  return line;
+}
+
+std::map<std::string, double> PredictionSummary::attributes() const {
+  std::map<std::string, double> a{{"examples", static_cast<double>(examples)},
+                                  {"samples_per_second", examples_per_second()}};
+  if (has_targets()) a["accuracy"] = accuracy();
+  if (has_targets() && sequences) {
+    a["perplexity"] = perplexity();
+    a["cross_entropy"] = mean_cross_entropy();
+  }
+  return a;
+}
+
 PredictionSummary predict_batches(const ModelFn& model, DataLoader& loader,
                                   const PredictionOptions& options) {
   using Clock = std::chrono::steady_clock;
@@ -110,6 +138,7 @@ PredictionSummary predict_batches(const ModelFn& model, DataLoader& loader,
       }
       s.correct += p.classes.eq(p.targets).sum().item<int64_t>();
       s.scored += p.targets.numel();
+      s.sequences = p.targets.dim() > 1;
       const Tensor log_p = logits.log_softmax(-1).gather(-1, p.targets.unsqueeze(-1));
       s.nll_sum -= log_p.to(kFloat64).sum().item<double>();
     }

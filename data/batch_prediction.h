@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,16 +66,24 @@ void check_model_takes(const ModelFn& model, const PredictionData& data, const s
                        Device device = kCPU);
 
 struct PredictionSummary {
-  int64_t examples = 0;  // rows predicted
-  int64_t scored = 0;    // predictions that had a target: one per image, `context` per window
-  int64_t correct = 0;   // of those, predicted right (argmax == target)
-  double nll_sum = 0;    // sum over them of -log softmax(logits)[target], accumulated in float64
-  double seconds = 0;    // wall time of the pass
+  int64_t examples = 0;    // rows predicted
+  int64_t scored = 0;      // predictions that had a target: one per image, `context` per window
+  int64_t correct = 0;     // of those, predicted right (argmax == target)
+  double nll_sum = 0;      // sum over them of -log softmax(logits)[target], accumulated in float64
+  double seconds = 0;      // wall time of the pass
+  bool sequences = false;  // a target per position (a language model's next tokens)
   bool has_targets() const { return scored > 0; }
   double accuracy() const;            // correct / scored
   double mean_cross_entropy() const;  // nll_sum / scored (nats)
   double perplexity() const;          // exp(mean_cross_entropy())
   double examples_per_second() const;
+  // "10000 examples in 7.34 s: 1361.6 samples/s; accuracy 74.26% (7426 of 10000)", or with
+  // "; perplexity 12.2242 (cross-entropy 2.5034 nats over 3008 tokens), next-token accuracy
+  // 25.83%" for sequences, or nothing after the rate without targets.
+  std::string to_string() const;
+  // What a predictions file records of it: examples, samples_per_second, and with targets
+  // accuracy, and for sequences perplexity and cross_entropy.
+  std::map<std::string, double> attributes() const;
 };
 
 struct PredictionOptions {

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -83,6 +84,14 @@ TEST_CASE("predict_batches: classes, probabilities, accuracy and cross-entropy o
   CHECK(s.accuracy() == doctest::Approx(static_cast<double>(correct) / 30));
   CHECK(s.mean_cross_entropy() == doctest::Approx(nll / 30).epsilon(1e-5));
   CHECK(s.perplexity() == doctest::Approx(std::exp(nll / 30)).epsilon(1e-5));
+  CHECK_FALSE(s.sequences);
+  char accuracy[64];
+  std::snprintf(accuracy, sizeof accuracy, "; accuracy %.2f%% (%d of 30)",
+                100.0 * static_cast<double>(correct) / 30, static_cast<int>(correct));
+  CHECK(s.to_string().find("30 examples in ") == 0);
+  CHECK(s.to_string().find(accuracy) != std::string::npos);
+  CHECK(s.attributes().size() == 3);  // examples, samples_per_second, accuracy
+  CHECK(s.attributes().at("accuracy") == s.accuracy());
   CHECK(read_column(out, "target", kInt64).to_vector<int64_t>() == yv);
   CHECK(read_column(out, "index", kInt64).to_vector<int64_t>() == arange(30, kInt64).to_vector<int64_t>());
   auto f = data::Hdf5File::open(out.string());
@@ -113,6 +122,10 @@ TEST_CASE("predict_batches: a language model's perplexity is exp of its mean nex
   }
   CHECK(s.scored == 45);
   CHECK(s.perplexity() == doctest::Approx(std::exp(nll / 45)).epsilon(1e-5));
+  CHECK(s.sequences);
+  CHECK(s.to_string().find("perplexity") != std::string::npos);
+  CHECK(s.to_string().find("over 45 tokens") != std::string::npos);
+  CHECK(s.attributes().at("perplexity") == s.perplexity());
 }
 
 TEST_CASE("PredictionFile: refuses to replace, checks shapes and rows, and leaves nothing half-written") {

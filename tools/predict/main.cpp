@@ -137,33 +137,12 @@ int main(int argc, char** argv) {
     const data::PredictionSummary s = data::predict_batches(
         model->forward, loader,
         {.out = out.get(), .on_batch = [&](int64_t done, int64_t total) { bar.update(done, total); }});
-    std::map<std::string, double> numbers{{"examples", static_cast<double>(s.examples)},
-                                          {"samples_per_second", s.examples_per_second()}};
-    char line[256];
-    std::string result;
-    if (s.has_targets() && input.tokens) {
-      numbers["perplexity"] = s.perplexity();
-      numbers["cross_entropy"] = s.mean_cross_entropy();
-      numbers["accuracy"] = s.accuracy();
-      std::snprintf(line, sizeof line,
-                    "perplexity %.4f (cross-entropy %.4f nats over %lld tokens), next-token accuracy %.2f%%",
-                    s.perplexity(), s.mean_cross_entropy(), static_cast<long long>(s.scored),
-                    100 * s.accuracy());
-      result = line;
-    } else if (s.has_targets()) {
-      numbers["accuracy"] = s.accuracy();
-      std::snprintf(line, sizeof line, "accuracy %.2f%% (%lld of %lld)", 100 * s.accuracy(),
-                    static_cast<long long>(s.correct), static_cast<long long>(s.scored));
-      result = line;
-    }
     out->finish({{"model", o.model},
                  {"data", o.data},
                  {"device", o.device},
                  {"model_kind", model->int8 ? "int8" : "f32"}},
-                numbers);
-    std::snprintf(line, sizeof line, "predict: %lld examples in %.2f s: %.1f samples/s",
-                  static_cast<long long>(s.examples), s.seconds, s.examples_per_second());
-    std::cout << line << (result.empty() ? "" : "; " + result) << "\npredict: wrote " << o.out << "\n";
+                s.attributes());
+    std::cout << "predict: " << s.to_string() << "\npredict: wrote " << o.out << "\n";
     return 0;
   } catch (const std::exception& e) {
     return tools::error_exit("predict", e, 1, "failed", o.progress);
