@@ -226,7 +226,10 @@ void CheckpointManager::publish(const fs::path& tmp, int64_t step) const {
       ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE);
       throw;
     }
-    remove_tree(tmp);  // the replaced checkpoint now lives at tmp
+    // The replaced checkpoint now lives at tmp, a .tmp-* name no load reads: removing it is
+    // clean-up (the next save's remove_leftovers() retries), not part of the commit.
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
     return;
   }
   // File systems without RENAME_EXCHANGE: move the old one aside first. A kill between the two
@@ -324,7 +327,7 @@ fs::path CheckpointManager::commit_save(const PendingSave& pending, const std::s
       write_file_atomically(pending.tmp / kMetaFile, meta.dump(2) + "\n");
       // Publish the directory under its final name in one atomic step, then point `latest` at
       // it (write_file_atomically: temporary file, fsync, rename, fsync dir), and only then
-      // prune: until `latest` moved, an older checkpoint was the latest.
+      // prune (below): until `latest` moved, an older checkpoint was the latest.
       publish(pending.tmp, pending.step);
       published = true;
       write_file_atomically(dir_ / kLatest, name + "\n");

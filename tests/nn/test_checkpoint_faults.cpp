@@ -49,12 +49,18 @@ std::set<std::string> entries(const fs::path& dir) {
   return out;
 }
 
-// Steps 1 and 2 saved (keep_last 2: saving step 3 then prunes step 1).
-CheckpointManager fresh_run(const fs::path& dir) {
+// Steps 1 and 2 saved (keep_last 2: saving step 3 then prunes step 1). With `stale_step_3`, also
+// a step 3 that `latest` does not name (a run resumed from step 2), which saving step 3 replaces
+// by exchanging the two directories.
+CheckpointManager fresh_run(const fs::path& dir, bool stale_step_3 = false) {
   fs::remove_all(dir);
   CheckpointManager manager(dir, 2);
   manager.save(1, state_at(1), meta_at(1));
   manager.save(2, state_at(2), meta_at(2));
+  if (stale_step_3) {
+    CheckpointManager(dir, 0).save(3, state_at(1), meta_at(3));  // keep_last 0: prunes nothing
+    write_file_atomically(dir / "latest", "step-00000002\n");
+  }
   return manager;
 }
 
@@ -67,12 +73,12 @@ struct Outcome {
 // Saves step 3 with the k-th call of `op` failing with `error`, for k = 1, 2, ... until the save
 // makes fewer than k such calls. `save` runs one save of step 3 (synchronous or not).
 template <class Save>
-Outcome fail_each_call(const fs::path& dir, IoOp op, int error, Save save) {
+Outcome fail_each_call(const fs::path& dir, IoOp op, int error, Save save, bool stale_step_3 = false) {
   Outcome out;
   const std::string text = std::strerror(error);
   for (int64_t k = 1;; ++k) {
     CAPTURE(k);
-    CheckpointManager manager = fresh_run(dir);
+    CheckpointManager manager = fresh_run(dir, stale_step_3);
     arm_io_fault({op, k, error});
     std::string message;
     try {
@@ -100,8 +106,14 @@ Outcome fail_each_call(const fs::path& dir, IoOp op, int error, Save save) {
     CHECK(message.find(text) != std::string::npos);
     CHECK(message.find(dir.string()) != std::string::npos);
     check_holds(*manager.load_latest(), 2);
-    // Nothing of the failed save remains: no step-3 directory, no temporary file or directory.
-    CHECK(entries(dir) == std::set<std::string>{"latest", "step-00000001", "step-00000002"});
+    // Nothing of the failed save remains: no step-3 directory (but the stale one, when the
+    // failure came before it was replaced), no temporary file or directory.
+    std::set<std::string> expected{"latest", "step-00000001", "step-00000002"};
+    if (stale_step_3 && fs::exists(dir / "step-00000003")) {
+      CHECK(manager.load(3).sections.at("optimizer").at("step").item<int64_t>() == 1);  // the stale one
+      expected.insert("step-00000003");
+    }
+    CHECK(entries(dir) == expected);
     // And the next save, with the disk healthy again, succeeds.
     save(manager);
     check_holds(*manager.load_latest(), 3);
@@ -151,4 +163,15 @@ TEST_CASE("checkpoint faults: arm_io_fault rejects a count below 1 and a non-pos
   CHECK_THROWS_WITH_AS(arm_io_fault({IoOp::kWrite, 1, 0}), doctest::Contains("positive errno"), Error);
   CHECK(io_op_from_name("fsync") == IoOp::kFsync);
   CHECK(!io_op_from_name("sync").has_value());
+}
+
+TEST_CASE("checkpoint faults: re-saving a step that exists (the directories exchanged) keeps the previous checkpoint") {
+  test::ScratchDir scratch("ckpt_faults_resave");
+  const fs::path dir = scratch.path() / "run";
+  for (int error : {ENOSPC, EIO}) {
+    CAPTURE(error);
+    const Outcome o = fail_each_call(dir, IoOp::kAny, error, sync_save, /*stale_step_3=*/true);
+    CHECK(o.failures >= 12);
+    CHECK(o.absorbed <= 2);
+  }
 }
