@@ -320,6 +320,10 @@ TEST_CASE("predict: bad inputs are errors that name the problem, exit 2 and writ
     CHECK(data::Hdf5File::open(out.string())->has_dataset("class"));
     fs::remove(out);
   }
+  SUBCASE("--device cuda without a GPU") {
+    if (!cuda::is_available())
+      expect_error({"--model", model, "--data", test, "--out", out.string(), "--device", "cuda"}, "--device cuda: ");
+  }
   SUBCASE("a flag that is missing or bad") {
     expect_error({"--model", model, "--data", test}, "--out is required");
     expect_error({"--model", model, "--data", test, "--out", out.string(), "--batch-size", "0"},
