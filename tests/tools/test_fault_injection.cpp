@@ -9,6 +9,7 @@
 
 #include "tests/test_util.h"
 #include "tools/train/fault_injection.h"
+#include "tools/train/options.h"
 
 using namespace loom;
 using namespace loom::train;
@@ -63,4 +64,37 @@ TEST_CASE("fault injection: malformed values name the variable and the expected 
     CHECK(msg.find("kill:rank=R:step=N") != std::string::npos);
     CHECK(msg.find("loader:sample=I:throw|hang") != std::string::npos);
   }
+}
+
+namespace {
+std::string parse_error(std::vector<const char*> args) {
+  args.insert(args.begin(), "train");
+  return test::error_of([&] { train::parse_options(static_cast<int>(args.size()), args.data()); });
+}
+}  // namespace
+
+TEST_CASE("fault options: --on-checkpoint-error and --loader-timeout") {
+  std::vector<const char*> base{"train", "--data", "d.h5", "--out", "run"};
+  auto parsed = [&](std::vector<const char*> extra) {
+    std::vector<const char*> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return *train::parse_options(static_cast<int>(args.size()), args.data()).options;
+  };
+  const train::TrainOptions plain = parsed({});
+  CHECK(!plain.continue_on_checkpoint_error);
+  CHECK(plain.loader_timeout == 0);
+  // Defaults leave config.json as it was: runs from before these options stay "the same config".
+  CHECK(!train::to_json(plain).contains("on-checkpoint-error"));
+  CHECK(!train::to_json(plain).contains("loader-timeout"));
+  const train::TrainOptions set = parsed({"--on-checkpoint-error", "continue", "--loader-timeout", "2.5"});
+  CHECK(set.continue_on_checkpoint_error);
+  CHECK(set.loader_timeout == 2.5);
+  CHECK(train::to_json(set)["on-checkpoint-error"] == "continue");
+  CHECK(!parsed({"--on-checkpoint-error", "stop"}).continue_on_checkpoint_error);
+
+  CHECK(parse_error({"--data", "d.h5", "--out", "run", "--on-checkpoint-error", "retry"}).find("--on-checkpoint-error") !=
+        std::string::npos);
+  CHECK(parse_error({"--data", "d.h5", "--out", "run", "--loader-timeout", "1", "--workers", "0"})
+            .find("--loader-timeout needs --workers >= 1") != std::string::npos);
+  CHECK(!parse_error({"--data", "d.h5", "--out", "run", "--loader-timeout", "-1"}).empty());
 }
