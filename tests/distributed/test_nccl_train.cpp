@@ -130,8 +130,11 @@ TEST_CASE("train --device cuda over NCCL: a GPT split by --tp or --pp equals one
     o.batch = 4;
     return o;
   };
-  // tp: the vocabulary-parallel embedding, head and loss; pp: the tied embedding on both ends.
-  for (Mesh m : {Mesh{.tp = n}, Mesh{.dp = n / 2, .pp = 2}}) {
+  // tp: the vocabulary-parallel embedding, head and loss; pp: the tied embedding on both ends;
+  // both at 4 ranks: each stage split over its tensor group.
+  std::vector<Mesh> meshes{Mesh{.tp = n}, Mesh{.dp = n / 2, .pp = 2}};
+  if (n == 4) meshes.push_back(Mesh{.tp = 2, .pp = 2});
+  for (const Mesh& m : meshes) {
     CAPTURE(m.name());
     const fs::path ref_dir = dir / ("ref_" + m.name() + "_rank" + std::to_string(world->rank()));
     train::TrainOptions ref = gpt(ref_dir, Mesh{}, /*cuda=*/false);

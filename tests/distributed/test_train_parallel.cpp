@@ -268,25 +268,36 @@ TEST_CASE("train --tp / --pp on a GPT equals one process, and model.safetensors 
   fs::path dir = shared_scratch("gpt");
   fs::path data = tiny_tokens(dir, 8);
   // 64 training blocks: no DistributedSampler padding at dp 2.
-  std::vector<Mesh> meshes{{.tp = n}, {.pp = n}};
-  if (n == 4) meshes.push_back({.dp = 2, .pp = 2, .schedule = train::PipelineSchedule::kGPipe});
-  std::map<int64_t, std::pair<fs::path, train::TrainSummary>> refs;  // by dp
+  std::vector<Mesh> meshes;
+  if (n == 8) {  // 3-D: a quarter of one stage of one replica per rank
+    meshes = {{.dp = 2, .tp = 2, .pp = 2}};
+  } else {
+    meshes = {{.tp = n}, {.pp = n}};
+    if (n == 4) {
+      meshes.push_back({.dp = 2, .pp = 2, .schedule = train::PipelineSchedule::kGPipe});
+      meshes.push_back({.tp = 2, .pp = 2});  // each pipeline stage split over its tensor group
+      meshes.push_back({.tp = 2, .pp = 2, .clip = 0.5});
+    }
+  }
+  std::map<std::pair<int64_t, double>, std::pair<fs::path, train::TrainSummary>> refs;  // by dp and clip
   for (const Mesh& m : meshes) {
-    if (refs.count(m.dp)) continue;
-    fs::path out = dir / ("ref-dp" + std::to_string(m.dp) + "-rank" + std::to_string(world->rank()));
+    if (refs.count({m.dp, m.clip})) continue;
+    fs::path out = dir / ("ref-dp" + std::to_string(m.dp) + (m.clip > 0 ? "-clip" : "") + "-rank" +
+                          std::to_string(world->rank()));
     train::TrainOptions ref = gpt_options(data, out);
     ref.batch *= m.dp;
-    refs[m.dp] = {out, run(ref)};
+    ref.clip = m.clip;
+    refs[{m.dp, m.clip}] = {out, run(ref)};
   }
   for (const Mesh& m : meshes) {
     CAPTURE(m.name());
     train::TrainSummary got = run(with_mesh(gpt_options(data, dir / m.name()), m));
-    check_equal(dir / m.name(), got, refs[m.dp].first, refs[m.dp].second);
+    const auto& [ref_dir, ref] = refs[{m.dp, m.clip}];
+    check_equal(dir / m.name(), got, ref_dir, ref);
     // The file is a complete single-process GPT: tools/quantize and --teacher load it as one.
     if (world->rank() == 0) {
       nn::LoadedModel loaded = nn::load_model(dir / m.name() / "model.safetensors");
-      CHECK(loaded.model->num_parameters() ==
-            nn::load_model(refs[m.dp].first / "model.safetensors").model->num_parameters());
+      CHECK(loaded.model->num_parameters() == nn::load_model(ref_dir / "model.safetensors").model->num_parameters());
     }
   }
   world->barrier();  // every rank checked before rank 0 removes the files

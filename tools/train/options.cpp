@@ -373,10 +373,6 @@ void validate_parallelism(const TrainOptions& o) {
   if (o.pp > 1 && !mlp && !gpt)
     fail("--pp " + pp + ": --model " + model +
          " has no pipeline form (--pp works with --model mlp and gpt); use --dp to spread it");
-  if (gpt && o.pp > 1 && o.tp > 1)
-    fail("--tp " + tp + " with --pp " + pp +
-         ": a gpt is split either by tensor or by pipeline parallelism, not both (the mlp takes both); "
-         "drop one, or add --dp");
   if (gpt && o.pp > o.layers + 2)
     fail("--pp " + pp + ": the gpt has " + std::to_string(o.layers + 2) +
          " pipeline layers (the embedding, --layers " + std::to_string(o.layers) +

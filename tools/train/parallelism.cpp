@@ -213,7 +213,11 @@ double Parallelism::forward_backward(const Tensor& data, const Tensor& target, d
         !options_.trace.empty() && steps_run_ > kTraceWarmup && steps_run_ <= kTraceWarmup + kTracedSteps;
     runner_->set_tracing(traced);
     const bool tokens = options_.model == ModelKind::kGpt;
-    auto loss = [weight, tokens](const Tensor& output, const Tensor& y) {
+    auto loss = [this, weight, tokens](const Tensor& output, const Tensor& y) {
+      if (vocabulary_parallel())  // this rank's vocabulary slice: the loss over the tensor group's
+        return distributed::vocab_parallel_cross_entropy(output.reshape({-1, output.size(-1)}), y.reshape({-1}),
+                                                         mesh_->tensor_group_ptr()) *
+               weight;
       return loss_of(output, y, tokens) * weight;
     };
     distributed::pipeline::StepStats stats = runner_->train_step(data, target, loss);
@@ -349,7 +353,7 @@ Eval Parallelism::evaluate_pipeline(data::DataLoader& loader, bool tokens) {
     if (s + 1 < p)
       send_activation(group, y, s + 1);
     else
-      add(total, score(y, batch.target, tokens));
+      add(total, vocabulary_parallel() ? score_vocabulary_slice(y, batch.target) : score(y, batch.target, tokens));
   }
 #else
   (void)loader;
@@ -366,42 +370,51 @@ Eval Parallelism::evaluate_tensor_parallel(data::DataLoader& loader, bool tokens
       add(total, score((*local_)(batch.data), batch.target, tokens));
       continue;
     }
-    distributed::ProcessGroup& group = mesh_->tensor_group();
     // This rank's vocabulary slice [B, T, V/t]; each block all-reduces over the tensor group.
-    const Tensor logits = (*tp_gpt_)(batch.data);
-    const Tensor flat = logits.reshape({-1, logits.size(-1)}), target = batch.target.reshape({-1});
-    const int64_t n = target.numel(), t = group.size();
-    // All-reduces over the tensor group: waits for the other vocabulary slices' logits.
-    const double loss =
-        distributed::vocab_parallel_cross_entropy(flat, target, mesh_->tensor_group_ptr()).item<double>();
-    // The prediction over the whole vocabulary: each rank's best token and its logit, gathered;
-    // the best of the bests (the lowest rank on a tie, as argmax over the full logits).
-    Tensor best = flat.argmax(-1).contiguous();
-    Tensor value = flat.to(kFloat64).gather(1, best.unsqueeze(1)).reshape({n}).contiguous();
-    Tensor ids = best.add(tp_gpt_->tok->vocab_begin()).to(kFloat64).contiguous();
-    const TensorOptions on_group = TensorOptions(kFloat64).device(group.device());
-    Tensor gathered_values = empty({t * n}, on_group), gathered_ids = empty({t * n}, on_group);
-    group.all_gather(value, gathered_values);  // waits for every shard's best logits
-    group.all_gather(ids, gathered_ids);
-    const Tensor all_values = gathered_values.to(kCPU), all_ids = gathered_ids.to(kCPU);
-    const double* v = all_values.data_ptr<double>();
-    const double* id = all_ids.data_ptr<double>();
-    const Tensor target64 = target.to(kCPU).to(kInt64).contiguous();
-    const int64_t* y = target64.data_ptr<int64_t>();
-    double correct = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t winner = 0;
-      for (int64_t k = 1; k < t; ++k)
-        if (v[k * n + i] > v[winner * n + i]) winner = k;
-      correct += static_cast<int64_t>(id[winner * n + i]) == y[i];
-    }
-    add(total, Eval{loss * static_cast<double>(n), correct, static_cast<double>(n)});
+    add(total, score_vocabulary_slice((*tp_gpt_)(batch.data), batch.target));
   }
 #else
   (void)loader;
   (void)tokens;
 #endif
   return total;
+}
+
+Eval Parallelism::score_vocabulary_slice(const Tensor& logits, const Tensor& target_tokens) {
+#if LOOM_TRAIN_WITH_MPI
+  distributed::ProcessGroup& group = mesh_->tensor_group();
+  const Tensor flat = logits.reshape({-1, logits.size(-1)}), target = target_tokens.reshape({-1});
+  const int64_t n = target.numel(), t = group.size();
+  // All-reduces over the tensor group: waits for the other vocabulary slices' logits.
+  const double loss =
+      distributed::vocab_parallel_cross_entropy(flat, target, mesh_->tensor_group_ptr()).item<double>();
+  // The prediction over the whole vocabulary: each rank's best token and its logit, gathered;
+  // the best of the bests (the lowest rank on a tie, as argmax over the full logits).
+  Tensor best = flat.argmax(-1).contiguous();
+  Tensor value = flat.to(kFloat64).gather(1, best.unsqueeze(1)).reshape({n}).contiguous();
+  Tensor ids = best.add(vocab_begin_).to(kFloat64).contiguous();
+  const TensorOptions on_group = TensorOptions(kFloat64).device(group.device());
+  Tensor gathered_values = empty({t * n}, on_group), gathered_ids = empty({t * n}, on_group);
+  group.all_gather(value, gathered_values);  // waits for every shard's best logits
+  group.all_gather(ids, gathered_ids);
+  const Tensor all_values = gathered_values.to(kCPU), all_ids = gathered_ids.to(kCPU);
+  const double* v = all_values.data_ptr<double>();
+  const double* id = all_ids.data_ptr<double>();
+  const Tensor target64 = target.to(kCPU).to(kInt64).contiguous();
+  const int64_t* y = target64.data_ptr<int64_t>();
+  double correct = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t winner = 0;
+    for (int64_t k = 1; k < t; ++k)
+      if (v[k * n + i] > v[winner * n + i]) winner = k;
+    correct += static_cast<int64_t>(id[winner * n + i]) == y[i];
+  }
+  return Eval{loss * static_cast<double>(n), correct, static_cast<double>(n)};
+#else
+  (void)logits;
+  (void)target_tokens;
+  return {};
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------

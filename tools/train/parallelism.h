@@ -155,6 +155,8 @@ class Parallelism {
   void build_mlp(const nn::Sequential& full_mlp);
   void build_gpt(const nn::GPT& full_gpt);
   void build_gpt_pipeline(nn::GPT& full_gpt);
+  void build_gpt_tensor_pipeline(const nn::GPT& full_gpt);  // --tp and --pp together
+  void check_gpt_vocabulary_divides(const nn::GPT& full_gpt) const;
   // Makes this rank's stage of `net` (pipeline stages of about equal `costs`, one per layer)
   // local_, renaming the pieces to the stage's names and dropping the other stages'.
   void cut_pipeline(const std::shared_ptr<nn::Sequential>& net, const std::vector<double>& costs);
@@ -165,6 +167,11 @@ class Parallelism {
   double clip_global_norm(double max_norm);
   Eval evaluate_pipeline(data::DataLoader& loader, bool tokens);
   Eval evaluate_tensor_parallel(data::DataLoader& loader, bool tokens);
+  // A GPT split over the tensor group: the loss and the correct predictions of this rank's
+  // vocabulary slice of the logits [B, T, V / t] (collective over the tensor group).
+  Eval score_vocabulary_slice(const Tensor& logits, const Tensor& target);
+  // gpt with --tp: the last stage's output is this rank's vocabulary slice, not all logits.
+  bool vocabulary_parallel() const { return options_.model == ModelKind::kGpt && options_.tp > 1; }
   bool counts_evaluation() const;  // the rank that counts its replica's predictions
 
   TrainOptions options_;
@@ -184,6 +191,9 @@ class Parallelism {
   std::shared_ptr<distributed::DistributedDataParallel> ddp_;
   std::unique_ptr<distributed::ZeroOptimizer> zero_;
   std::shared_ptr<distributed::TensorParallelGPT> tp_gpt_;
+  // gpt with --tp and --pp: the whole split GPT, whose layers of this stage local_ holds.
+  std::shared_ptr<distributed::TensorParallelGPT> split_gpt_;
+  int64_t vocab_begin_ = 0;  // gpt with --tp: the first token of this rank's vocabulary slice
   std::unique_ptr<distributed::pipeline::PipelineStageRunner> runner_;
   std::vector<std::vector<distributed::pipeline::TraceEvent>> trace_;  // per stage, traced steps merged
   double bubble_sum_ = 0;

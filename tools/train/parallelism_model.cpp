@@ -16,6 +16,7 @@
 
 #if LOOM_TRAIN_WITH_MPI
 #include "distributed/gradient_sync.h"
+#include "distributed/tensor_parallel/regions.h"
 #include "distributed/tensor_parallel/split_model.h"
 #endif
 
@@ -54,6 +55,44 @@ class GptHead : public nn::Module {
   nn::GPT& gpt_;
 };
 
+#if LOOM_TRAIN_WITH_MPI
+// gpt with --tp and --pp: the same layers over a TensorParallelGPT's modules, so that each
+// pipeline stage is split over its tensor group as TensorParallelGPT::forward splits the whole.
+class TensorParallelGptEmbedding : public nn::Module {
+ public:
+  explicit TensorParallelGptEmbedding(distributed::TensorParallelGPT& gpt) : gpt_(gpt) {
+    register_module("tok", gpt.tok);
+    register_module("pos", gpt.pos);
+  }
+  // idx: int64 [B, T] -> [B, T, d], replicated over the tensor group (the vocabulary-parallel
+  // lookup all-reduces its rows' parts).
+  Tensor forward(const Tensor& idx) override {
+    return (*gpt_.tok)(idx) + gpt_.pos(arange(idx.size(1), TensorOptions(kInt64).device(idx.device())));
+  }
+
+ private:
+  distributed::TensorParallelGPT& gpt_;
+};
+
+class TensorParallelGptHead : public nn::Module {
+ public:
+  TensorParallelGptHead(distributed::TensorParallelGPT& gpt, std::shared_ptr<distributed::ProcessGroup> group)
+      : gpt_(gpt), group_(std::move(group)) {
+    register_module("ln", gpt.ln);
+    register_module("tok", gpt.tok);
+  }
+  // [B, T, d] (replicated) -> this rank's vocabulary slice of the logits [B, T, V / t]. Every
+  // slice depends on x, so x's gradient is the sum over the tensor group: f before the product.
+  Tensor forward(const Tensor& x) override {
+    return linear(distributed::copy_to_tensor_parallel_region(gpt_.ln(x), group_), gpt_.tok->weight);
+  }
+
+ private:
+  distributed::TensorParallelGPT& gpt_;
+  std::shared_ptr<distributed::ProcessGroup> group_;
+};
+#endif
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -75,6 +114,8 @@ void Parallelism::build(std::shared_ptr<nn::Module> full) {
 #if LOOM_TRAIN_WITH_MPI
   if (options_.model == ModelKind::kMlp)
     build_mlp(dynamic_cast<const nn::Sequential&>(*full_));
+  else if (options_.pp > 1 && options_.tp > 1)
+    build_gpt_tensor_pipeline(dynamic_cast<const nn::GPT&>(*full_));
   else if (options_.pp > 1)
     build_gpt_pipeline(dynamic_cast<nn::GPT&>(*full_));
   else
@@ -157,18 +198,57 @@ void Parallelism::cut_pipeline(const std::shared_ptr<nn::Sequential>& net, const
 #endif
 }
 
+void Parallelism::check_gpt_vocabulary_divides(const nn::GPT& full_gpt) const {
+  const int64_t vocab = full_gpt.config().vocab_size, t = options_.tp;
+  if (vocab % t != 0)
+    fail("--tp " + std::to_string(t) + " does not divide the vocabulary of " + std::to_string(vocab) +
+         " tokens of " + options_.data +
+         " (the token embedding's rows are split over the tensor-parallel ranks); use a --tp that divides it");
+}
+
 void Parallelism::build_gpt(const nn::GPT& full_gpt) {
 #if LOOM_TRAIN_WITH_MPI
-  const nn::GPTConfig& config = full_gpt.config();
-  const int64_t t = options_.tp;
-  if (config.vocab_size % t != 0)
-    fail("--tp " + std::to_string(t) + " does not divide the vocabulary of " +
-         std::to_string(config.vocab_size) + " tokens of " + options_.data +
-         " (the token embedding's rows are split over the tensor-parallel ranks); "
-         "use a --tp that divides it");
+  check_gpt_vocabulary_divides(full_gpt);
   tp_gpt_ = std::make_shared<distributed::TensorParallelGPT>(full_gpt, mesh_->tensor_group_ptr());
   local_ = tp_gpt_;
   placement_ = distributed::gpt_placement(*tp_gpt_, coord_tp_);
+  vocab_begin_ = tp_gpt_->tok->vocab_begin();
+#else
+  (void)full_gpt;
+#endif
+}
+
+// The pipeline layers of build_gpt_pipeline over a TensorParallelGPT's pieces: each stage's
+// blocks, embedding and head are split over the stage's tensor group. The whole split GPT is
+// built on every rank (the same draw) and the stage keeps its layers, as the mlp's pipeline does.
+void Parallelism::build_gpt_tensor_pipeline(const nn::GPT& full_gpt) {
+#if LOOM_TRAIN_WITH_MPI
+  check_gpt_vocabulary_divides(full_gpt);
+  split_gpt_ = std::make_shared<distributed::TensorParallelGPT>(full_gpt, mesh_->tensor_group_ptr());
+  auto net = std::make_shared<nn::Sequential>();
+  net->push_back(std::make_shared<TensorParallelGptEmbedding>(*split_gpt_));
+  for (size_t b = 0; b < split_gpt_->blocks.size(); ++b) net->push_back(split_gpt_->blocks.ptr(b));
+  net->push_back(std::make_shared<TensorParallelGptHead>(*split_gpt_, mesh_->tensor_group_ptr()));
+  // gpt_placement names the split GPT's parameters (tok.weight, blocks.<b>.qkv.weight, ...);
+  // the net's layer i holds them as "<i>.<name within the layer>".
+  const auto head = std::to_string(net->size() - 1);
+  auto net_name = [&head](const std::string& name) {
+    if (name.rfind("blocks.", 0) == 0) {
+      const size_t dot = name.find('.', 7);
+      return std::to_string(std::stoll(name.substr(7, dot - 7)) + 1) + name.substr(dot);
+    }
+    return (name.rfind("ln.", 0) == 0 ? head : "0") + "." + name;
+  };
+  const distributed::ModelPlacement split = distributed::gpt_placement(*split_gpt_, coord_tp_);
+  for (distributed::ShardPlacement piece : split.pieces) {
+    piece.local_name = net_name(piece.local_name);
+    placement_.pieces.push_back(piece);
+  }
+  for (const std::string& name : split.replicated) placement_.replicated.insert(net_name(name));
+  tied_copies_.insert(head + ".tok.weight");  // the first stage places the embedding
+  tied_weight_ = split_gpt_->tok->weight;
+  vocab_begin_ = split_gpt_->tok->vocab_begin();
+  cut_pipeline(net, distributed::pipeline::layer_counts(*net));
 #else
   (void)full_gpt;
 #endif
