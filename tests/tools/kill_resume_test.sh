@@ -22,17 +22,14 @@
 # Usage: kill_resume_test.sh TRAIN MAKE_DATASET MPIEXEC WORK_DIR
 set -euo pipefail
 train=$1 make_dataset=$2 mpiexec=$3 work=$4
+source "$(dirname "$0")/train_test_lib.sh"
 rm -rf "$work"
 mkdir -p "$work"
 cd "$work"
 
 fail() { echo "kill_resume_test: FAIL: $*" >&2; exit 1; }
 
-# A small deterministic corpus (about 2,600 characters).
-for i in $(seq 1 60); do
-  echo "verse $i: and the loom wove $((i * 7 % 13)) threads of $((i * 3 % 11)) colours."
-done > corpus.txt
-"$make_dataset" text --input corpus.txt --out corpus.h5 > /dev/null
+make_corpus "$make_dataset"
 
 export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1
 mpi() { "$mpiexec" --allow-run-as-root --oversubscribe --bind-to none -np 2 "$@"; }
@@ -52,22 +49,6 @@ echo "steps per epoch $steps_per_epoch, checkpoint every $every; kills after ste
 # The reference again with that interval: the final checkpoints are compared file by file.
 rm -rf A
 mpi "$train" "${common[@]}" --checkpoint-every "$every" --out A > A.log 2>&1 || { cat A.log; fail "the reference run failed"; }
-
-latest_of() { tr -d '\n' < "$1/latest"; }
-
-# Every rank's final checkpoint files of run $1 against A's; prints the differing ones.
-differences() {
-  local step_a step_b diff=""
-  step_a=$(latest_of A)
-  step_b=$(latest_of "$1")
-  [ "$step_a" = "$step_b" ] || { echo "final checkpoint $step_b, the reference's $step_a"; return; }
-  for f in A/"$step_a"/rank-*/*.safetensors; do
-    local g="$1/${f#A/}"
-    [ -f "$g" ] || { diff="$diff ${f#A/}(missing)"; continue; }
-    cmp -s "$f" "$g" || diff="$diff ${f#A/}"
-  done
-  echo "$diff"
-}
 
 # Kills rank 1 after step $2 into run directory $1, checks how the job ended, resumes it.
 # $3: "corrupt-rng" (the negative control) or "-"; further arguments go to the first run.
@@ -92,12 +73,12 @@ kill_and_resume() {
 }
 
 kill_and_resume B "$mid"
-d=$(differences B)
+d=$(differences A B)
 [ -z "$d" ] || fail "B (killed mid-epoch, resumed) differs from the uninterrupted run:$d"
 echo "B: bit-identical to the uninterrupted run"
 
 kill_and_resume C "$steps_per_epoch"
-d=$(differences C)
+d=$(differences A C)
 [ -z "$d" ] || fail "C (killed at the epoch boundary, resumed) differs from the uninterrupted run:$d"
 echo "C: bit-identical to the uninterrupted run"
 
@@ -121,18 +102,18 @@ wait "$job" || rc=$?
 grep -q "stopped by a signal after step" D.log || { cat D.log; fail "D: no 'stopped by a signal' message"; }
 echo "D: $(grep -o 'stopped by a signal after step [0-9]*' D.log | head -1); resuming"
 mpi "$train" --resume "$PWD/D" >> D.log 2>&1 || { cat D.log; fail "D: the resumed run failed"; }
-d=$(differences "$PWD/D")
+d=$(differences A "$PWD/D")
 [ -z "$d" ] || fail "D (SIGTERM, resumed) differs from the uninterrupted run:$d"
 echo "D: bit-identical to the uninterrupted run"
 
 kill_and_resume E $((mid + every)) - --checkpoint-async
-d=$(differences E)
+d=$(differences A E)
 [ -z "$d" ] || fail "E (asynchronous checkpoints, killed mid-epoch, resumed) differs from the uninterrupted run:$d"
 echo "E: bit-identical to the uninterrupted run"
 
 # N: the negative control must differ, or the comparison above proves nothing.
 kill_and_resume N "$mid" corrupt-rng
-d=$(differences N)
+d=$(differences A N)
 [ -n "$d" ] || fail "N: a run resumed with the wrong random-generator state matched the reference: the comparison cannot tell"
 echo "N (negative control, wrong rng state): differs as it must:$d"
 echo "kill_resume_test: ok"

@@ -17,16 +17,14 @@
 # Usage: pipeline_signal_test.sh TRAIN MAKE_DATASET MPIEXEC WORK_DIR
 set -euo pipefail
 train=$1 make_dataset=$2 mpiexec=$3 work=$4
+source "$(dirname "$0")/train_test_lib.sh"
 rm -rf "$work"
 mkdir -p "$work"
 cd "$work"
 
 fail() { echo "pipeline_signal_test: FAIL: $*" >&2; exit 1; }
 
-for i in $(seq 1 60); do
-  echo "verse $i: and the loom wove $((i * 7 % 13)) threads of $((i * 3 % 11)) colours."
-done > corpus.txt
-"$make_dataset" text --input corpus.txt --out corpus.h5 > /dev/null
+make_corpus "$make_dataset"
 
 export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1
 mpi() { "$mpiexec" --allow-run-as-root --oversubscribe --bind-to none -np 4 "$@"; }
@@ -36,22 +34,6 @@ common=(--model gpt --layers 2 --heads 2 --d-model 32 --context 16 --data corpus
         --dp 2 --pp 2 --checkpoint-every 1000)  # no scheduled checkpoint before the end: a mid-run one is the stop's
 
 mpi "$train" "${common[@]}" --out "$PWD/A" > A.log 2>&1 || { cat A.log; fail "the reference run failed"; }
-
-latest_of() { tr -d '\n' < "$1/latest"; }
-
-# Every rank's final checkpoint files of run $1 against A's; prints the differing ones.
-differences() {
-  local step_a step_b diff=""
-  step_a=$(latest_of A)
-  step_b=$(latest_of "$1")
-  [ "$step_a" = "$step_b" ] || { echo "final checkpoint $step_b, the reference's $step_a"; return; }
-  for f in A/"$step_a"/rank-*/*.safetensors; do
-    local g="$1/${f#A/}"
-    [ -f "$g" ] || { diff="$diff ${f#A/}(missing)"; continue; }
-    cmp -s "$f" "$g" || diff="$diff ${f#A/}"
-  done
-  echo "$diff"
-}
 
 ranks_in_checkpoint() { find "$1/$(latest_of "$1")" -maxdepth 1 -name 'rank-*' -type d | wc -l; }
 
@@ -82,7 +64,7 @@ signal_one_rank() {
   echo "$1: SIGTERM to rank $rank: $stopped, checkpoint $saved complete; resuming"
   mpi "$train" --resume "$dir" >> "$1.log" 2>&1 || { cat "$1.log"; fail "$1: the resumed run failed"; }
   local d
-  d=$(differences "$dir")
+  d=$(differences A "$dir")
   [ -z "$d" ] || fail "$1 (SIGTERM to rank $rank, resumed) differs from the uninterrupted run:$d"
   echo "$1: bit-identical to the uninterrupted run"
 }

@@ -24,6 +24,7 @@
 #include "ops/ops.h"
 #include "tools/train/options.h"
 #include "tools/train/trainer.h"
+#include "tests/tools/train_options_test_util.h"
 
 namespace loom::test {
 namespace {
@@ -31,24 +32,8 @@ namespace {
 namespace fs = std::filesystem;
 using train::TrainOptions;
 
-TrainOptions parse(std::initializer_list<const char*> args) {
-  std::vector<const char*> argv{"train"};
-  argv.insert(argv.end(), args);
-  train::ParseOutcome outcome = train::parse_options(static_cast<int>(argv.size()), argv.data());
-  REQUIRE(outcome.options.has_value());
-  return *outcome.options;
-}
-
-std::string parse_error(std::initializer_list<const char*> args) {
-  std::vector<const char*> argv{"train"};
-  argv.insert(argv.end(), args);
-  try {
-    train::parse_options(static_cast<int>(argv.size()), argv.data());
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+TrainOptions parse(std::initializer_list<const char*> args) { return parse_train(args); }
+std::string parse_error(std::initializer_list<const char*> args) { return train_parse_error(args); }
 
 fs::path scratch(const std::string& name) {
   fs::path dir = fs::temp_directory_path() / ("loom_train_cli_" + name + "_" + std::to_string(::getpid()));

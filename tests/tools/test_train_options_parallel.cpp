@@ -12,30 +12,21 @@
 
 #include "core/error.h"
 #include "tools/train/options.h"
+#include "tests/tools/train_options_test_util.h"
 
 namespace loom::test {
 namespace {
 
 using train::TrainOptions;
 
-std::string parse_error(std::initializer_list<const char*> extra) {
-  std::vector<const char*> argv{"train", "--data", "x.h5", "--out", "r"};
-  argv.insert(argv.end(), extra);
-  try {
-    train::parse_options(static_cast<int>(argv.size()), argv.data());
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+// The required --data and --out, then `extra`.
+std::vector<const char*> with_required(std::initializer_list<const char*> extra) {
+  std::vector<const char*> args{"--data", "x.h5", "--out", "r"};
+  args.insert(args.end(), extra);
+  return args;
 }
-
-TrainOptions parse(std::initializer_list<const char*> extra) {
-  std::vector<const char*> argv{"train", "--data", "x.h5", "--out", "r"};
-  argv.insert(argv.end(), extra);
-  train::ParseOutcome outcome = train::parse_options(static_cast<int>(argv.size()), argv.data());
-  REQUIRE(outcome.options.has_value());
-  return *outcome.options;
-}
+std::string parse_error(std::initializer_list<const char*> extra) { return train_parse_error(with_required(extra)); }
+TrainOptions parse(std::initializer_list<const char*> extra) { return parse_train(with_required(extra)); }
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

@@ -22,6 +22,7 @@
 #include "ops/ops.h"
 #include "tools/train/options.h"
 #include "tools/train/trainer.h"
+#include "tests/tools/train_options_test_util.h"
 
 namespace loom::test {
 namespace {
@@ -29,28 +30,8 @@ namespace {
 namespace fs = std::filesystem;
 using train::TrainOptions;
 
-std::vector<const char*> argv_of(std::initializer_list<const char*> args) {
-  std::vector<const char*> argv{"train"};
-  argv.insert(argv.end(), args);
-  return argv;
-}
-
-TrainOptions parse(std::initializer_list<const char*> args) {
-  std::vector<const char*> argv = argv_of(args);
-  train::ParseOutcome outcome = train::parse_options(static_cast<int>(argv.size()), argv.data());
-  REQUIRE(outcome.options.has_value());
-  return *outcome.options;
-}
-
-std::string parse_error(std::initializer_list<const char*> args) {
-  std::vector<const char*> argv = argv_of(args);
-  try {
-    train::parse_options(static_cast<int>(argv.size()), argv.data());
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+TrainOptions parse(std::initializer_list<const char*> args) { return parse_train(args); }
+std::string parse_error(std::initializer_list<const char*> args) { return train_parse_error(args); }
 
 // 600 characters of text, 13 distinct.
 fs::path tiny_text(const fs::path& dir) {
@@ -79,13 +60,9 @@ TextRun run_gpt(const fs::path& dir, const std::string& name, std::vector<const 
                                 "8", "--batch", "10", "--epochs", "2", "--workers", "0", "--optimizer", "adamw",
                                 "--lr", "0.01", "--data", data.c_str(), "--out", out.c_str()};
   args.insert(args.end(), extra.begin(), extra.end());
-  std::vector<const char*> argv{"train"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  train::ParseOutcome outcome = train::parse_options(static_cast<int>(argv.size()), argv.data());
-  REQUIRE(outcome.options.has_value());
   std::ostringstream log;
   TextRun r;
-  r.summary = train::run_training(*outcome.options, log, /*interactive=*/false);
+  r.summary = train::run_training(parse_train(args), log, /*interactive=*/false);
   r.model = nn::load_safetensors(fs::path(out) / "model.safetensors").tensors;
   return r;
 }
