@@ -8,7 +8,11 @@
  */
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cerrno>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -174,4 +178,99 @@ TEST_CASE("checkpoint faults: re-saving a step that exists (the directories exch
     CHECK(o.failures >= 12);
     CHECK(o.absorbed <= 2);
   }
+}
+
+namespace {
+
+// Two "ranks" of a group as threads of this process, agreeing through a barrier (what the
+// all-reduce of train's ranks is over MPI).
+struct ThreadBarrier {
+  std::mutex mutex;
+  std::condition_variable cv;
+  int arrived = 0;
+  int64_t generation = 0;
+  bool all = true, verdict = true;
+
+  bool all_ok(bool ok) {
+    std::unique_lock<std::mutex> lock(mutex);
+    const int64_t g = generation;
+    all = all && ok;
+    if (++arrived == 2) {
+      verdict = all;
+      all = true;
+      arrived = 0;
+      ++generation;
+      cv.notify_all();
+      return verdict;
+    }
+    // The next generation cannot complete before this rank arrives again: verdict stays.
+    cv.wait(lock, [&] { return generation != g; });
+    return verdict;
+  }
+};
+
+// Runs `body(manager)` on both ranks at once; returns each rank's error ("" if none).
+template <class Body>
+std::array<std::string, 2> on_both_ranks(const fs::path& dir, ThreadBarrier& barrier, Body body) {
+  std::array<std::string, 2> errors;
+  auto rank = [&](int r) {
+    CheckpointManager manager(dir, 2, {r, 2, [&](bool ok) { return barrier.all_ok(ok); }});
+    try {
+      body(manager, r);
+    } catch (const Error& e) {
+      errors[static_cast<size_t>(r)] = e.what();
+    }
+  };
+  std::thread other(rank, 1);
+  rank(0);
+  other.join();
+  return errors;
+}
+
+std::map<std::string, StateDict> rank_state(int64_t step, int rank) { return state_at(step * 10 + rank); }
+
+}  // namespace
+
+TEST_CASE("checkpoint faults: a group's save failing on either rank keeps the previous checkpoint on both") {
+  test::ScratchDir scratch("ckpt_faults_group");
+  const fs::path dir = scratch.path() / "run";
+  ThreadBarrier barrier;
+  int failures = 0;
+  for (int64_t k = 1;; ++k) {
+    CAPTURE(k);
+    fs::remove_all(dir);
+    on_both_ranks(dir, barrier, [](CheckpointManager& m, int r) {
+      m.save(1, rank_state(1, r), meta_at(1));
+      m.save(2, rank_state(2, r), meta_at(2));
+    });
+    // Counted over both ranks: which rank's call is the k-th varies, the outcome may not.
+    arm_io_fault({IoOp::kAny, k, ENOSPC});
+    const auto errors = on_both_ranks(dir, barrier, [](CheckpointManager& m, int r) {
+      m.save(3, rank_state(3, r), meta_at(3));
+    });
+    const bool fired = io_fault_fired();
+    disarm_io_fault();
+    const int64_t expected = errors[0].empty() ? 3 : 2;
+    CHECK(errors[0].empty() == errors[1].empty());  // all or nothing
+    if (!fired) {
+      CHECK(errors[0].empty());
+      break;
+    }
+    if (!errors[0].empty()) {
+      ++failures;
+      // The rank whose call failed names the path and the error; the other says it failed elsewhere.
+      const std::string both = errors[0] + errors[1];
+      CHECK(both.find(std::strerror(ENOSPC)) != std::string::npos);
+      CHECK(both.find("failed on another rank") != std::string::npos);
+      std::set<std::string> left = entries(dir);
+      CHECK(left == std::set<std::string>{"latest", "step-00000001", "step-00000002"});
+    }
+    on_both_ranks(dir, barrier, [&](CheckpointManager& m, int r) {
+      const Checkpoint c = *m.load_latest();
+      CHECK(c.step == expected);
+      CHECK(c.note.empty());
+      CHECK(c.sections.at("optimizer").at("step").item<int64_t>() == expected * 10 + r);
+    });
+  }
+  CHECK(failures >= 12);
 }
