@@ -23,12 +23,7 @@
 set -euo pipefail
 train=$1 make_dataset=$2 mpiexec=$3 work=$4
 source "$(dirname "$0")/train_test_lib.sh"
-rm -rf "$work"
-mkdir -p "$work"
-cd "$work"
-
-fail() { echo "kill_resume_test: FAIL: $*" >&2; exit 1; }
-
+start_test kill_resume_test "$work"
 make_corpus "$make_dataset"
 
 export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1

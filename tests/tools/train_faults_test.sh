@@ -18,16 +18,9 @@
 # Usage: train_faults_test.sh TRAIN MAKE_DATASET WORK_DIR
 set -euo pipefail
 train=$1 make_dataset=$2 work=$3
-rm -rf "$work"
-mkdir -p "$work"
-cd "$work"
-
-fail() { echo "train_faults_test: FAIL: $*" >&2; exit 1; }
-
-for i in $(seq 1 40); do
-  echo "verse $i: and the loom wove $((i * 7 % 13)) threads of $((i * 3 % 11)) colours."
-done > corpus.txt
-"$make_dataset" text --input corpus.txt --out corpus.h5 > /dev/null
+source "$(dirname "$0")/train_test_lib.sh"
+start_test train_faults_test "$work"
+make_corpus "$make_dataset" 40
 
 export OMP_NUM_THREADS=1
 common=(--model gpt --layers 1 --heads 2 --d-model 16 --context 16 --data corpus.h5 --epochs 2 --batch 4
@@ -44,13 +37,10 @@ run() {
 expect() {  # expect WHAT TEXT: the log holds TEXT
   grep -qF -- "$2" <<< "$log" || { echo "$log"; fail "$1: the output does not say '$2'"; }
 }
-final_files_match() {  # the final checkpoint's tensor files of $1 against A's (model.safetensors holds --out)
-  local step
-  step=$(tr -d '\n' < A/latest)
-  [ "$(tr -d '\n' < "$1/latest")" = "$step" ] || fail "$1: final checkpoint $(cat "$1/latest"), A's $step"
-  for f in A/"$step"/*.safetensors; do
-    cmp -s "$f" "$1/${f#A/}" || fail "$1: ${f#A/} differs from the uninterrupted run's"
-  done
+final_files_match() {  # the final checkpoint's tensor files of $1 against A's
+  local d
+  d=$(differences A "$1")
+  [ -z "$d" ] || fail "$1: differs from the uninterrupted run:$d"
 }
 
 run A.log "$train" "${common[@]}" --out A
