@@ -233,11 +233,12 @@ void Parallelism::build_gpt_tensor_pipeline(const nn::GPT& full_gpt) {
   // the net's layer i holds them as "<i>.<name within the layer>".
   const auto head = std::to_string(net->size() - 1);
   auto net_name = [&head](const std::string& name) {
-    if (name.rfind("blocks.", 0) == 0) {
-      const size_t dot = name.find('.', 7);
-      return std::to_string(std::stoll(name.substr(7, dot - 7)) + 1) + name.substr(dot);
+    const std::string blocks = "blocks.";
+    if (name.starts_with(blocks)) {  // blocks.<b>.rest -> <b + 1>.rest
+      const size_t dot = name.find('.', blocks.size());
+      return std::to_string(std::stoll(name.substr(blocks.size(), dot - blocks.size())) + 1) + name.substr(dot);
     }
-    return (name.rfind("ln.", 0) == 0 ? head : "0") + "." + name;
+    return (name.starts_with("ln.") ? head : "0") + "." + name;  // the head's layer norm; the embeddings
   };
   const distributed::ModelPlacement split = distributed::gpt_placement(*split_gpt_, coord_tp_);
   for (distributed::ShardPlacement piece : split.pieces) {
