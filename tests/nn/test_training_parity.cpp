@@ -7,7 +7,7 @@
  * GPT on Genesis (character level) and SmallCNN on Fashion-MNIST, each with AdamW and with SGD
  * plus momentum, under a cosine schedule with warm-up, with and without gradient clipping.
  * Here Loom trains the same four runs through the library a user calls (nn::GPT, nn::SmallCNN,
- * nn::AdamW / nn::SGD, nn::CosineWithWarmup, nn::clip_grad_norm_, nn::cross_entropy) and
+ * nn::AdamW / nn::SGD, nn::CosineWithWarmup, nn::clip_grad_norm_, cross_entropy) and
  * compares every step's loss.
  *
  * The tolerance. Two float32 implementations that sum in different orders agree to about 1e-7
@@ -22,9 +22,9 @@
  * — four times the rounding noise PyTorch itself grows by step s (Loom's and PyTorch's float32
  * errors are independent, and a gap is a one-off draw of a heavy-tailed quantity), plus a
  * floor for the first steps, where that noise is still below float32's resolution of a summed
- * loss. A formula that differs (a missing bias correction, L2 in place of decoupled decay, the
- * schedule one step off, clipping after the step) moves the loss by more than this from the
- * first steps it acts in; test "parity: the tolerance catches" shows it for two of them.
+ * loss. The bound still sees a formula that differs: L2 in place of decoupled decay, or the
+ * warm-up one step late, leaves it within the first steps (test "parity: the tolerance
+ * catches a wrong optimizer detail").
  */
 #include <doctest/doctest.h>
 
