@@ -42,7 +42,7 @@ struct ModelInput {
   int64_t vocab = 0;  // a language model's vocabulary size; 0: unchecked
   // Images: the per-channel normalisation the model was trained with (tools/train records it in
   // the model file); empty: x / 255.
-  std::vector<float> mean, std;
+  std::vector<float> mean{}, std{};
 };
 
 // A dataset opened for prediction: examples as the model takes them, after `transform`.
@@ -89,7 +89,7 @@ struct PredictionSummary {
 struct PredictionOptions {
   PredictionFile* out = nullptr;  // receives every batch's rows, when given
   // Called after every batch with the examples done so far and the total (a progress bar).
-  std::function<void(int64_t done, int64_t total)> on_batch;
+  std::function<void(int64_t done, int64_t total)> on_batch{};
 };
 
 // One pass over `loader` (from its current position to the end of the epoch) under no-grad:

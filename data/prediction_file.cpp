@@ -127,7 +127,11 @@ void PredictionFile::finish(const std::map<std::string, std::string>& text_attri
   for (const auto& [name, value] : text_attributes) file_->write_attribute(name, value);
   {
     Hdf5Lock lock;
-    for (const auto& [name, value] : number_attributes) {
+    // Not a structured binding: LOOM_HDF5_CHECK is a lambda, and clang 14 (the fuzz build's)
+    // cannot capture one.
+    for (const auto& attribute_value : number_attributes) {
+      const std::string& name = attribute_value.first;
+      const double& value = attribute_value.second;
       Hdf5Handle space(LOOM_HDF5_CHECK(H5Screate(H5S_SCALAR), path_), H5Sclose);
       Hdf5Handle attribute(LOOM_HDF5_CHECK(H5Acreate2(file_->id(), name.c_str(), H5T_NATIVE_DOUBLE,
                                                       space.get(), H5P_DEFAULT, H5P_DEFAULT),

@@ -31,7 +31,7 @@ namespace fs = std::filesystem;
 
 struct AmpRun {
   double accuracy = 0;
-  std::vector<double> losses;  // every step's training loss
+  std::vector<double> losses{};  // every step's training loss
 };
 
 AmpRun train_mlp(const std::string& train, const std::string& val, const fs::path& out, const char* amp) {

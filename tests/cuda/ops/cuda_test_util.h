@@ -39,8 +39,8 @@ struct CudaCovers {
 
 struct CudaCase {
   bool backward = true;     // also compare the gradients of the floating inputs
-  std::optional<Tol> tol;   // default: tol_for(output dtype), widened for f32 sums (below)
-  std::optional<Tol> grad_tol;
+  std::optional<Tol> tol{};  // default: tol_for(output dtype), widened for f32 sums (below)
+  std::optional<Tol> grad_tol{};
 };
 
 // Tolerance for comparing a CUDA result with the CPU's. Float32 results of reductions and
