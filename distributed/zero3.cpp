@@ -1,7 +1,7 @@
 #include "distributed/zero3.h"
 
 #include <algorithm>
-#include <set>
+#include <map>
 
 #include "autograd/checkpoint.h"
 #include "core/error.h"
@@ -11,19 +11,29 @@
 namespace loom::distributed {
 
 struct FullyShardedDataParallel::Layer {
+  size_t index = 0;                // in the wrapped Sequential
   std::shared_ptr<nn::Module> module;
-  std::vector<Tensor> params;      // the module's parameter handles (released between uses)
+  std::vector<Tensor> params;      // the parameter handles it owns (released between uses)
   std::vector<DimVector> shapes;   // their full shapes
   std::vector<int64_t> offsets;    // their offsets in the flat layout
+  std::vector<Layer*> owners;      // earlier layers owning parameters it also uses (tied)
   int64_t numel = 0, shard_size = 0;
   Tensor shard;                    // [S]: this rank's elements; a parameter of the wrapper
   bool gathered = false;
+  // A posted all-gather (prefetch): its input and output are kept until it is waited for.
+  WorkPtr pending;
+  Tensor pending_input, pending_full;
+  bool uses_parameters() const { return !params.empty() || !owners.empty(); }
 };
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 // What a released parameter holds: no elements, so that nothing can use stale values unseen.
 Tensor released_like(const Tensor& t) { return empty({0}, t.options()); }
+
+double seconds_since(Clock::time_point begin) { return std::chrono::duration<double>(Clock::now() - begin).count(); }
 
 }  // namespace
 
@@ -32,12 +42,22 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Sequentia
     : model_(std::move(model)), group_(std::move(group)) {
   LOOM_CHECK(model_ != nullptr && group_ != nullptr, "FullyShardedDataParallel: null model or group");
   const int64_t n = group_->size(), rank = group_->rank();
-  std::set<const void*> seen;
+  std::map<const void*, Layer*> owner_of;  // parameter storage -> the layer that owns it
   int64_t total = 0;
   for (size_t i = 0; i < model_->size(); ++i) {
     auto layer = std::make_shared<Layer>();
+    layer->index = i;
     layer->module = model_->ptr(static_cast<int64_t>(i));
-    layer->params = layer->module->parameters();
+    for (Tensor& p : layer->module->parameters()) {
+      auto owner = owner_of.find(p.data_ptr());
+      if (owner == owner_of.end()) {
+        owner_of.emplace(p.data_ptr(), layer.get());
+        layer->params.push_back(p);
+      } else if (owner->second != layer.get() &&
+                 std::find(layer->owners.begin(), layer->owners.end(), owner->second) == layer->owners.end()) {
+        layer->owners.push_back(owner->second);
+      }
+    }
     if (!layer->params.empty()) {
       const Tensor& first = layer->params.front();
       LOOM_CHECK(first.dtype() == kFloat32 || first.dtype() == kFloat64,
@@ -45,8 +65,6 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Sequentia
       for (Tensor& p : layer->params) {
         LOOM_CHECK(p.dtype() == first.dtype() && p.device() == first.device(), "FullyShardedDataParallel: layer ", i,
                    " mixes parameter dtypes or devices");
-        LOOM_CHECK(seen.insert(p.data_ptr()).second, "FullyShardedDataParallel: layer ", i,
-                   " shares a parameter with an earlier layer (tied weights are not supported)");
         // All ranks start from rank 0's values (waits for rank 0's broadcast).
         group_->broadcast(p, 0);
         layer->shapes.push_back(DimVector(p.sizes()));
@@ -62,34 +80,72 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Sequentia
         flat.narrow(0, layer->offsets[k], layer->params[k].numel()).copy_(layer->params[k].reshape({-1}));
       layer->shard = register_parameter(
           "shard_" + std::to_string(i), flat.narrow(0, rank * layer->shard_size, layer->shard_size).clone().detach());
-      release(*layer);
       total += layer->numel;
     }
     layers_.push_back(layer);
   }
+  // Released only now: a tied parameter's later uses were found by its storage.
+  for (auto& layer : layers_) release(*layer, false);
   LOOM_CHECK(total > 0, "FullyShardedDataParallel: the model has no parameters to shard");
 }
 
+void FullyShardedDataParallel::observe(const std::string& name, Clock::time_point begin, int64_t bytes) {
+  if (observer_) observer_(name, begin, Clock::now(), bytes);
+}
+
+void FullyShardedDataParallel::start_gather(Layer& layer) {
+  if (layer.gathered || layer.pending || layer.params.empty()) return;
+  layer.pending_input = layer.shard.detach().contiguous();
+  layer.pending_full = empty({group_->size() * layer.shard_size}, layer.shard.options());
+  layer.pending = group_->all_gather_async(layer.pending_input, layer.pending_full);
+}
+
 void FullyShardedDataParallel::gather(Layer& layer) {
-  if (layer.gathered) return;
-  const int64_t n = group_->size();
-  Tensor full = empty({n * layer.shard_size}, layer.shard.options());
-  // Every rank's shard of this layer (waits for all ranks to reach this layer).
-  group_->all_gather(layer.shard.detach().contiguous(), full);
+  for (Layer* owner : layer.owners) gather(*owner);
+  if (layer.gathered || layer.params.empty()) return;
+  const bool posted_ahead = layer.pending != nullptr;
+  start_gather(layer);
+  const auto begin = Clock::now();
+  // Every rank's shard of this layer: waits for all ranks to have posted this layer's gather.
+  layer.pending->wait();
+  timings_.gather_wait_seconds += seconds_since(begin);
+  ++timings_.gathers;
+  if (posted_ahead) ++timings_.prefetched;
+  observe("all-gather " + std::to_string(layer.index), begin,
+          static_cast<int64_t>(layer.pending_full.nbytes()));
   for (size_t k = 0; k < layer.params.size(); ++k)
-    layer.params[k].set_data(full.narrow(0, layer.offsets[k], shape_numel(layer.shapes[k])).view(layer.shapes[k]));
+    layer.params[k].set_data(
+        layer.pending_full.narrow(0, layer.offsets[k], shape_numel(layer.shapes[k])).view(layer.shapes[k]));
+  layer.pending.reset();
+  layer.pending_input = Tensor();
+  layer.pending_full = Tensor();
   layer.gathered = true;
 }
 
-void FullyShardedDataParallel::release(Layer& layer) {
+void FullyShardedDataParallel::release(Layer& layer, bool with_borrowed) {
+  if (all_gathered_ > 0) return;
   for (Tensor& p : layer.params) {
     p.set_data(released_like(p));
     p.mutable_grad() = Tensor();
   }
   layer.gathered = false;
+  if (with_borrowed)
+    for (Layer* owner : layer.owners) release(*owner, false);
+}
+
+FullyShardedDataParallel::Layer* FullyShardedDataParallel::neighbour(size_t index, bool backward) const {
+  if (backward) {
+    for (size_t i = index; i-- > 0;)
+      if (!layers_[i]->params.empty()) return layers_[i].get();
+  } else {
+    for (size_t i = index + 1; i < layers_.size(); ++i)
+      if (!layers_[i]->params.empty()) return layers_[i].get();
+  }
+  return nullptr;
 }
 
 void FullyShardedDataParallel::reduce_gradients(Layer& layer) {
+  if (layer.params.empty()) return;  // it borrowed all its parameters: their owner reduces them
   const int64_t n = group_->size();
   Tensor flat = zeros({n * layer.shard_size}, layer.shard.options());
   bool any = false;
@@ -101,8 +157,11 @@ void FullyShardedDataParallel::reduce_gradients(Layer& layer) {
   }
   if (!any) return;  // every rank skips alike: a layer is used, or not, on all of them
   Tensor mine = empty({layer.shard_size}, layer.shard.options());
+  const auto begin = Clock::now();
   // shard_grad_r = (1/N) Σ_q flat_q[r·S, (r+1)·S): waits for every rank's backward of this layer.
   group_->reduce_scatter(flat, mine, ReduceOp::Avg);
+  timings_.reduce_seconds += seconds_since(begin);
+  observe("reduce-scatter " + std::to_string(layer.index), begin, static_cast<int64_t>(flat.nbytes()));
   Tensor& grad = layer.shard.mutable_grad();
   if (grad.defined())
     grad.add_(mine);  // gradient accumulation over micro-batches
@@ -112,19 +171,23 @@ void FullyShardedDataParallel::reduce_gradients(Layer& layer) {
 
 Tensor FullyShardedDataParallel::forward(const Tensor& input) {
   Tensor x = input;
-  for (const auto& layer_ptr : layers_) {
-    Layer& layer = *layer_ptr;
-    if (layer.params.empty()) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer& layer = *layers_[i];
+    if (!layer.uses_parameters()) {
       x = (*layer.module)(x);
       continue;
     }
     // Runs the layer with its parameters gathered; without recording (the first run, and any
     // forward under no_grad) they are freed again at once. The recomputation inside backward
-    // records, and keeps them until the gradients are reduced (the hook below).
-    auto run = [this, &layer](const std::vector<Tensor>& inputs) {
+    // records, and keeps them until the gradients are reduced (the hook below). Recording tells
+    // the direction of travel, and so which neighbour to prefetch.
+    auto run = [this, &layer, i](const std::vector<Tensor>& inputs) {
+      const bool backward = GradMode::is_enabled();
       gather(layer);
+      if (prefetch_ && all_gathered_ == 0)
+        if (Layer* next = neighbour(i, backward)) start_gather(*next);
       Tensor y = (*layer.module)(inputs[0]);
-      if (!GradMode::is_enabled()) release(layer);
+      if (!backward) release(layer, true);
       return std::vector<Tensor>{y};
     };
     if (!GradMode::is_enabled()) {
@@ -133,7 +196,7 @@ Tensor FullyShardedDataParallel::forward(const Tensor& input) {
     }
     x = autograd::checkpoint(run, {x}, [this, &layer] {
       reduce_gradients(layer);
-      release(layer);
+      release(layer, false);  // a tied owner's gradient is complete only after its own backward
     })[0];
   }
   return x;
@@ -144,15 +207,23 @@ void FullyShardedDataParallel::train(bool on) {
   model_->train(on);
 }
 
+void FullyShardedDataParallel::gather_all() {
+  for (auto& layer : layers_) gather(*layer);
+  ++all_gathered_;
+}
+
+void FullyShardedDataParallel::release_all() {
+  LOOM_CHECK(all_gathered_ > 0, "FullyShardedDataParallel::release_all without gather_all");
+  if (--all_gathered_ > 0) return;  // an enclosing gather_all still holds them
+  for (auto& layer : layers_) release(*layer, false);
+}
+
 nn::StateDict FullyShardedDataParallel::full_state_dict() {
   // Every layer gathered at once (one full copy of the model on each rank, for as long as it
   // takes to copy it out), then read under the wrapped model's own names.
-  for (auto& layer_ptr : layers_)
-    if (!layer_ptr->params.empty()) gather(*layer_ptr);
+  FullParameters whole(*this);
   nn::StateDict out;
   for (const auto& [name, tensor] : model_->state_dict()) out.insert(name, tensor.clone());
-  for (auto& layer_ptr : layers_)
-    if (!layer_ptr->params.empty()) release(*layer_ptr);
   return out;
 }
 

@@ -22,13 +22,36 @@
  * extra forward per step). Communication per step: 2 all-gathers and 1 reduce-scatter of Ψ
  * elements, 3Ψ·(N-1)/N per rank, 1.5x plain DDP's all-reduce (2Ψ·(N-1)/N), as the paper says.
  *
+ * Prefetch (on by default, set_prefetch): a layer's all-gather is posted before it is needed, so
+ * that it travels while the layer before it computes. In forward, once layer u is gathered, the
+ * all-gather of the next layer with parameters (u+1, ...) is posted; in backward, that of the
+ * previous one (u-1, ...), whose backward comes next. Without prefetch every gather is posted
+ * when its layer starts and the layer waits for all of it: the whole all-gather time is exposed.
+ * With it, only the part that the previous layer's compute did not cover is. The cost is one more
+ * layer's gathered parameters held at a time (2 x peak_gathered_bytes). A prefetch never crosses
+ * an optimizer step: the last backward layer (layer 0) posts none, as its neighbour would be
+ * gathered before the step changes the shards. timings() counts what stayed exposed: the seconds
+ * spent waiting for gathers and in the blocking reduce-scatters.
+ *
+ * Tied weights (a GPT's token embedding reused by its output head): a parameter used by several
+ * layers belongs to the first of them, its owner. A later layer that uses it gathers the owner
+ * too; in forward it frees it again with its own, in backward it leaves it gathered, because the
+ * owner's backward comes later and reduces the gradient that both uses accumulated.
+ *
+ * Evaluation: gather_all() gathers every layer until release_all(), so a forward then needs no
+ * collective (FullParameters does both as a scope). Ranks that evaluate different numbers of
+ * batches, as data shards of unequal length do, cannot then hang in each other's gathers.
+ *
  * The gradients are averaged over the group (a data-parallel mean, as DDP): wrap the plain model,
  * not a DistributedDataParallel. Every rank runs the same layers in the same order, which is what
  * keeps the collectives of all ranks in step.
  */
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "distributed/process_group.h"
@@ -41,9 +64,8 @@ class FullyShardedDataParallel : public nn::Module {
  public:
   // Shards `model` over `group`: broadcasts rank 0's parameters (collective, so that all start
   // equal), keeps this rank's shard of every layer's parameters and frees the rest. Throws
-  // loom::Error for a null model or group, a model without parameters, parameters that are not
-  // float32/float64 on one device, or a parameter shared by two layers (a tied weight would be
-  // gathered and reduced twice).
+  // loom::Error for a null model or group, a model without parameters, or parameters that are not
+  // float32/float64 on one device. A parameter shared by several layers is tied (header).
   FullyShardedDataParallel(std::shared_ptr<nn::Sequential> model, std::shared_ptr<ProcessGroup> group);
 
   // The wrapped model's forward, layer by layer, gathering each layer's parameters around it
@@ -59,18 +81,65 @@ class FullyShardedDataParallel : public nn::Module {
   // Bytes this rank holds between steps (parameters: the shards; gradients: the shards'
   // gradients; optimizer state: measure it with optimizer_state_bytes on your optimizer).
   ZeroMemoryReport memory_report() const;
-  // The largest layer's gathered parameters (what a forward or backward holds on top).
+  // The largest layer's gathered parameters (what a forward or backward holds on top; twice
+  // that with prefetch).
   int64_t peak_gathered_bytes() const;
+
+  // Prefetch the next layer's parameters (header); on by default.
+  void set_prefetch(bool on) { prefetch_ = on; }
+  bool prefetch() const { return prefetch_; }
+
+  // Communication this rank waited for, since construction or reset_timings().
+  struct Timings {
+    double gather_wait_seconds = 0;    // blocked until a layer's all-gather completed
+    double reduce_seconds = 0;         // in the blocking reduce-scatters of the gradients
+    int64_t gathers = 0, prefetched = 0;  // all-gathers waited for; of them, posted ahead
+  };
+  Timings timings() const { return timings_; }
+  void reset_timings() { timings_ = {}; }
+
+  // Called for every wait on a collective: "all-gather 3" or "reduce-scatter 3" (layer index),
+  // its start and end, and the bytes this rank receives (all-gather) or sends (reduce-scatter)
+  // in it. For traces (train --trace); empty by default.
+  using SpanObserver = std::function<void(const std::string& name, std::chrono::steady_clock::time_point begin,
+                                          std::chrono::steady_clock::time_point end, int64_t bytes)>;
+  void set_span_observer(SpanObserver observer) { observer_ = std::move(observer); }
+
+  // Every layer's full parameters on every rank until release_all(): the wrapped model (and any
+  // module sharing its layers) is whole meanwhile, and forwards run without collectives.
+  // Collective (each layer's all-gather). Not while gradients are being computed. Pairs nest.
+  void gather_all();
+  void release_all();
 
  private:
   struct Layer;
-  void gather(Layer& layer);
-  void release(Layer& layer);
+  void start_gather(Layer& layer);  // posts the layer's all-gather, if not gathered or posted
+  void gather(Layer& layer);        // waits for it, and for the layers whose parameters it uses
+  void release(Layer& layer, bool with_borrowed);
   void reduce_gradients(Layer& layer);
+  // The next layer with parameters from `index` in the direction of travel, or nullptr.
+  Layer* neighbour(size_t index, bool backward) const;
+  void observe(const std::string& name, std::chrono::steady_clock::time_point begin, int64_t bytes);
 
   std::shared_ptr<nn::Sequential> model_;  // not a registered child: its parameters are released
   std::shared_ptr<ProcessGroup> group_;
   std::vector<std::shared_ptr<Layer>> layers_;  // one per child of model_, in order
+  bool prefetch_ = true;
+  int all_gathered_ = 0;  // gather_all calls not yet released (they nest)
+  Timings timings_;
+  SpanObserver observer_;
+};
+
+// gather_all() for a scope: the sharded model whole, e.g. for evaluating or saving it.
+class FullParameters {
+ public:
+  explicit FullParameters(FullyShardedDataParallel& model) : model_(model) { model_.gather_all(); }
+  ~FullParameters() { model_.release_all(); }
+  FullParameters(const FullParameters&) = delete;
+  FullParameters& operator=(const FullParameters&) = delete;
+
+ private:
+  FullyShardedDataParallel& model_;
 };
 
 }  // namespace loom::distributed

@@ -7,12 +7,18 @@
  *     unsharded model on the same data and seed);
  *   - the memory: parameters, gradients and Adam state per rank are the shards, Ψ/N each
  *     (rounded up to whole shards), and the gathered peak is the largest layer;
- *   - eval-mode forward (no recording) gathers and frees too, and bad models are named.
+ *   - eval-mode forward (no recording) gathers and frees too, and bad models are named;
+ *   - prefetch: the same trajectory with and without it; which gathers were posted ahead, and
+ *     the order of every collective, forward and backward;
+ *   - tied weights (one Linear used twice) train as the unsharded model does;
+ *   - gather_all: forwards without collectives, so ranks may run different numbers of them.
  */
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "distributed/zero3.h"
@@ -35,6 +41,13 @@ std::shared_ptr<nn::Sequential> make_model(double dropout) {
                                           std::make_shared<nn::Linear>(5, 3));
 }
 
+// 9 -> 9 -> tanh -> the same 9 -> 9 again -> 3: the second use of `a` is tied to the first.
+std::shared_ptr<nn::Sequential> make_tied_model() {
+  manual_seed(13);
+  auto a = std::make_shared<nn::Linear>(9, 9);
+  return std::make_shared<nn::Sequential>(a, std::make_shared<nn::Tanh>(), a, std::make_shared<nn::Linear>(9, 3));
+}
+
 double max_difference(const nn::StateDict& a, const nn::StateDict& b) {
   double worst = 0;
   for (const auto& [name, t] : a) worst = std::max(worst, (t - b.at(name)).abs().max().item<double>());
@@ -42,7 +55,8 @@ double max_difference(const nn::StateDict& a, const nn::StateDict& b) {
 }
 
 template <class MakeOptimizer>
-void check_trajectory(MakeOptimizer make_optimizer, int64_t accumulation) {
+void check_trajectory(MakeOptimizer make_optimizer, int64_t accumulation, bool prefetch = true,
+                      const std::function<std::shared_ptr<nn::Sequential>()>& make = [] { return make_model(0.0); }) {
   auto world = test::world();
   const int n = world->size(), r = world->rank();
   const int64_t b = 4;
@@ -53,9 +67,10 @@ void check_trajectory(MakeOptimizer make_optimizer, int64_t accumulation) {
     xs.push_back(randn({n * b, 9}, kFloat32, &g));
     ys.push_back(randint(0, 3, {n * b}, DType::Int64, &g));
   }
-  auto reference = make_model(0.0);
+  auto reference = make();
   auto ref_opt = make_optimizer(reference->parameters());
-  FullyShardedDataParallel sharded(make_model(0.0), world);
+  FullyShardedDataParallel sharded(make(), world);
+  sharded.set_prefetch(prefetch);
   auto opt = make_optimizer(sharded.parameters());
   for (int step = 0; step < 4; ++step) {
     ref_opt->zero_grad();
@@ -89,6 +104,60 @@ TEST_CASE("zero3: sharded training equals one process on the whole batch (AdamW,
   };
   SUBCASE("AdamW") { check_trajectory(adamw, 1); }
   SUBCASE("SGD momentum, 2 accumulated micro-batches") { check_trajectory(sgd, 2); }
+  SUBCASE("AdamW without prefetch") { check_trajectory(adamw, 1, false); }
+  SUBCASE("a tied Linear, AdamW") { check_trajectory(adamw, 1, true, make_tied_model); }
+  SUBCASE("a tied Linear, SGD, 2 micro-batches, no prefetch") { check_trajectory(sgd, 2, false, make_tied_model); }
+}
+
+TEST_CASE("zero3: prefetch posts the next layer's gather ahead; the collectives' order") {
+  auto world = test::world();
+  for (const bool prefetch : {true, false}) {
+    CAPTURE(prefetch);
+    FullyShardedDataParallel sharded(make_model(0.0), world);
+    sharded.set_prefetch(prefetch);
+    std::vector<std::string> spans;
+    sharded.set_span_observer([&](const std::string& name, auto begin, auto end, int64_t bytes) {
+      CHECK(end >= begin);
+      CHECK(bytes > 0);
+      spans.push_back(name);
+    });
+    Tensor x = randn({4, 9});
+    nn::functional::cross_entropy(sharded(x), randint(0, 3, {4}, DType::Int64)).backward();
+    // Layers 0, 2 and 4 have parameters. Forward gathers 0, 2, 4; backward 4, 2, 0, each
+    // followed by its reduce-scatter. With prefetch every gather but the first of each pass was
+    // posted while the layer before it ran.
+    CHECK(spans == std::vector<std::string>{"all-gather 0", "all-gather 2", "all-gather 4", "all-gather 4",
+                                            "reduce-scatter 4", "all-gather 2", "reduce-scatter 2", "all-gather 0",
+                                            "reduce-scatter 0"});
+    const auto timings = sharded.timings();
+    CHECK(timings.gathers == 6);
+    CHECK(timings.prefetched == (prefetch ? 4 : 0));
+    CHECK(timings.gather_wait_seconds >= 0);
+    sharded.reset_timings();
+    CHECK(sharded.timings().gathers == 0);
+  }
+}
+
+TEST_CASE("zero3: gather_all makes the model whole; forwards then need no collective") {
+  auto world = test::world();
+  auto reference = make_tied_model();
+  auto model = make_tied_model();
+  FullyShardedDataParallel sharded(model, world);
+  Generator g(5);
+  const Tensor x = randn({6, 9}, kFloat32, &g);
+  {
+    FullParameters whole(sharded);
+    NoGradGuard no_grad;
+    sharded.full_state_dict();  // nests: must not release what `whole` holds
+    for (const Tensor& p : model->parameters()) CHECK(p.numel() > 0);
+    // Rank r runs r + 1 forwards: with a collective per forward the ranks would wait forever.
+    for (int k = 0; k <= world->rank(); ++k)
+      CHECK((sharded(x) - (*reference)(x)).abs().max().item<double>() < 1e-6);
+  }
+  for (const Tensor& p : model->parameters()) CHECK(p.numel() == 0);
+  // Layers 0 and 3 own parameters, gathered once each: layer 2 borrows layer 0's, and the nested
+  // gather_all of full_state_dict finds them all gathered.
+  CHECK(sharded.timings().gathers == 2);
 }
 
 TEST_CASE("zero3: the recomputation in backward replays the forward's dropout mask") {
@@ -142,7 +211,7 @@ TEST_CASE("zero3: parameters, gradients and optimizer state per rank are 1/N of 
                         << " B of Adam state; peak gathered layer " << sharded.peak_gathered_bytes() << " B");
 }
 
-TEST_CASE("zero3: a forward without recording gathers and frees; bad models are named") {
+TEST_CASE("zero3: a forward without recording gathers and frees; a model without parameters is named") {
   auto world = test::world();
   auto reference = make_model(0.0);
   FullyShardedDataParallel sharded(make_model(0.0), world);
@@ -157,7 +226,4 @@ TEST_CASE("zero3: a forward without recording gathers and frees; bad models are 
   CHECK((out - (*reference)(x)).abs().max().item<double>() < 1e-6);
   CHECK(test::error_of([&] { FullyShardedDataParallel(std::make_shared<nn::Sequential>(std::make_shared<nn::ReLU>()), world); })
             .find("no parameters to shard") != std::string::npos);
-  auto shared = std::make_shared<nn::Linear>(4, 4);
-  CHECK(test::error_of([&] { FullyShardedDataParallel(std::make_shared<nn::Sequential>(shared, shared), world); })
-            .find("shares a parameter with an earlier layer") != std::string::npos);
 }
