@@ -15,7 +15,28 @@ class CompletedWork final : public Work {
   bool is_completed() override { return true; }
 };
 
+// Set while this thread runs a ring collective: its sends are the collective's, counted once
+// as the collective, not again as sends.
+thread_local int ring_depth = 0;
+
+struct InsideRing {
+  InsideRing() { ++ring_depth; }
+  ~InsideRing() { --ring_depth; }
+  InsideRing(const InsideRing&) = delete;
+  InsideRing& operator=(const InsideRing&) = delete;
+};
+
+uint64_t bytes_of(const Tensor& t) { return static_cast<uint64_t>(t.nbytes()); }
+
 }  // namespace
+
+uint64_t CommStats::modeled_bytes_sent() const {
+  uint64_t total = 0;
+  for (const OperationCount* kind :
+       {&all_reduce, &all_gather, &reduce_scatter, &broadcast, &reduce, &scatter, &gather, &all_to_all, &send, &recv})
+    total += kind->modeled_bytes_sent;
+  return total;
+}
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
@@ -41,22 +62,119 @@ std::string ProcessGroup::describe() const {
   return os.str();
 }
 
+CommStats ProcessGroup::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  CommStats out = stats_;
+  const auto n = static_cast<uint64_t>(size_);
+  out.all_reduce.modeled_bytes_sent = 2 * (n - 1) * out.all_reduce.payload_bytes / n;
+  return out;
+}
+
+void ProcessGroup::reset_stats() {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  stats_ = {};
+}
+
+void ProcessGroup::count_sent(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  stats_.bytes_sent += bytes;
+  ++stats_.messages_sent;
+}
+
+void ProcessGroup::count(OperationCount CommStats::*kind, uint64_t payload, uint64_t sent) {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  OperationCount& c = stats_.*kind;
+  ++c.calls;
+  c.payload_bytes += payload;
+  c.modeled_bytes_sent += sent;  // all_reduce's is derived from payload_bytes in stats()
+}
+
+// Each form runs the operation first and counts it after: one the backend rejects (bad shapes)
+// moved nothing.
+
 WorkPtr ProcessGroup::all_reduce_async(const Tensor& tensor, ReduceOp op) {
-  if (algorithm_ == Algorithm::Native) return native_all_reduce_async(tensor, op);
-  ring_all_reduce(*this, tensor, op);
-  return std::make_shared<CompletedWork>();
+  WorkPtr work;
+  if (algorithm_ == Algorithm::Native) {
+    work = native_all_reduce_async(tensor, op);
+  } else {
+    InsideRing inside;
+    ring_all_reduce(*this, tensor, op);
+    work = std::make_shared<CompletedWork>();
+  }
+  count(&CommStats::all_reduce, bytes_of(tensor), 0);
+  return work;
 }
 
 WorkPtr ProcessGroup::all_gather_async(const Tensor& input, const Tensor& output) {
-  if (algorithm_ == Algorithm::Native) return native_all_gather_async(input, output);
-  ring_all_gather(*this, input, output);
-  return std::make_shared<CompletedWork>();
+  WorkPtr work;
+  if (algorithm_ == Algorithm::Native) {
+    work = native_all_gather_async(input, output);
+  } else {
+    InsideRing inside;
+    ring_all_gather(*this, input, output);
+    work = std::make_shared<CompletedWork>();
+  }
+  count(&CommStats::all_gather, bytes_of(input), static_cast<uint64_t>(size_ - 1) * bytes_of(input));
+  return work;
 }
 
 WorkPtr ProcessGroup::reduce_scatter_async(const Tensor& input, const Tensor& output, ReduceOp op) {
-  if (algorithm_ == Algorithm::Native) return native_reduce_scatter_async(input, output, op);
-  ring_reduce_scatter(*this, input, output, op);
-  return std::make_shared<CompletedWork>();
+  WorkPtr work;
+  if (algorithm_ == Algorithm::Native) {
+    work = native_reduce_scatter_async(input, output, op);
+  } else {
+    InsideRing inside;
+    ring_reduce_scatter(*this, input, output, op);
+    work = std::make_shared<CompletedWork>();
+  }
+  count(&CommStats::reduce_scatter, bytes_of(output), static_cast<uint64_t>(size_ - 1) * bytes_of(output));
+  return work;
+}
+
+WorkPtr ProcessGroup::broadcast_async(const Tensor& tensor, int root) {
+  WorkPtr work = native_broadcast_async(tensor, root);
+  const bool chain_end = (root + size_ - 1) % size_ == rank_;  // the last of root -> root+1 -> ...
+  count(&CommStats::broadcast, bytes_of(tensor), chain_end ? 0 : bytes_of(tensor));
+  return work;
+}
+
+WorkPtr ProcessGroup::reduce_async(const Tensor& tensor, int root, ReduceOp op) {
+  WorkPtr work = native_reduce_async(tensor, root, op);
+  count(&CommStats::reduce, bytes_of(tensor), rank_ == root ? 0 : bytes_of(tensor));
+  return work;
+}
+
+WorkPtr ProcessGroup::scatter_async(const Tensor& input, const Tensor& output, int root) {
+  WorkPtr work = native_scatter_async(input, output, root);
+  // The input is read on the root only; the blocks it sends away are N-1 outputs' worth.
+  const uint64_t block = bytes_of(output);
+  count(&CommStats::scatter, rank_ == root ? static_cast<uint64_t>(size_) * block : 0,
+        rank_ == root ? static_cast<uint64_t>(size_ - 1) * block : 0);
+  return work;
+}
+
+WorkPtr ProcessGroup::gather_async(const Tensor& input, const Tensor& output, int root) {
+  WorkPtr work = native_gather_async(input, output, root);
+  count(&CommStats::gather, bytes_of(input), rank_ == root ? 0 : bytes_of(input));
+  return work;
+}
+
+WorkPtr ProcessGroup::all_to_all_async(const Tensor& input, const Tensor& output) {
+  WorkPtr work = native_all_to_all_async(input, output);
+  count(&CommStats::all_to_all, bytes_of(input), bytes_of(input) / static_cast<uint64_t>(size_) * (size_ - 1));
+  return work;
+}
+
+WorkPtr ProcessGroup::send_async(const Tensor& tensor, int dst, int tag) {
+  WorkPtr work = native_send_async(tensor, dst, tag);
+  if (ring_depth == 0) count(&CommStats::send, bytes_of(tensor), bytes_of(tensor));
+  return work;
+}
+
+WorkPtr ProcessGroup::recv_async(const Tensor& tensor, int src, int tag) {
+  WorkPtr work = native_recv_async(tensor, src, tag);
+  if (ring_depth == 0) count(&CommStats::recv, bytes_of(tensor), 0);
+  return work;
 }
 
 }  // namespace loom::distributed

@@ -13,6 +13,23 @@
  * over send/recv (distributed/ring.h): set_algorithm(Algorithm::Ring). The ring counts the bytes
  * each rank sends, which shows the 2(N-1)/N traffic factor of a ring all-reduce.
  *
+ * Every operation is also counted, whatever the backend or algorithm, in stats() by the bytes
+ * this rank sends under the standard (bandwidth-optimal, NCCL-like) algorithm model, with N the
+ * group size and B the bytes of the tensor named:
+ *   all_reduce(B)                2(N-1)/N·B       ring: reduce-scatter + all-gather
+ *   all_gather(input B)          (N-1)·B          = (N-1)/N of the gathered output
+ *   reduce_scatter(output B)     (N-1)·B          = (N-1)/N of the input
+ *   broadcast(B, root)           B, except 0 on the rank before the root in the ring
+ *                                (a pipelined chain root -> root+1 -> ... -> root-1)
+ *   reduce(B, root)              B, except 0 on the root (the chain in the other direction)
+ *   scatter(input, root)         (N-1)/N of the input on the root, 0 elsewhere
+ *   gather(input B, root)        B, except 0 on the root
+ *   all_to_all(input)            (N-1)/N of the input (the own block stays)
+ *   send(B)                      B;  recv and barrier send nothing
+ * This is what a planner predicts (distributed/plan/): the counts come from the operations a
+ * real step makes, the formula is the model's. The ring algorithm's own point-to-point sends are
+ * not counted again as sends.
+ *
  * Every operation has a timeout (set_timeout, default 5 minutes): a collective that does not
  * complete in time throws loom::Error naming the operation, the group and the rank, instead of
  * hanging. The process cannot then continue safely (the other ranks may be inside the
@@ -31,6 +48,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -56,10 +74,26 @@ class Work {
 };
 using WorkPtr = std::shared_ptr<Work>;
 
-// Bytes this rank sent through a group, by the ring algorithms and point-to-point sends.
+// One kind of operation, as counted in CommStats: how often this rank called it, the bytes of
+// its operands (the tensor B of the model in the header comment) and the bytes the model says
+// this rank sent. For all_reduce, modeled_bytes_sent is 2(N-1)/N of the summed payload, rounded
+// down once (so that it is exact for any number of calls).
+struct OperationCount {
+  uint64_t calls = 0;
+  uint64_t payload_bytes = 0;
+  uint64_t modeled_bytes_sent = 0;
+};
+
+// Bytes this rank sent through a group.
 struct CommStats {
+  // What actually went through the backend's point-to-point sends: the ring algorithms' and
+  // send()'s (the native collectives are the backend's and not seen here).
   uint64_t bytes_sent = 0;
   uint64_t messages_sent = 0;
+  // Every operation under the algorithm model (header comment), whichever algorithm ran it.
+  OperationCount all_reduce, all_gather, reduce_scatter, broadcast, reduce, scatter, gather, all_to_all, send, recv;
+  // The sum of modeled_bytes_sent over every kind.
+  uint64_t modeled_bytes_sent() const;
 };
 
 class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
@@ -77,17 +111,17 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // its own message tensors (a shape header, a flat buffer) makes them there.
   virtual Device device() const = 0;
 
-  // ---- asynchronous collectives ----------------------------------------------------------
-  virtual WorkPtr broadcast_async(const Tensor& tensor, int root) = 0;
-  virtual WorkPtr reduce_async(const Tensor& tensor, int root, ReduceOp op = ReduceOp::Sum) = 0;
+  // ---- asynchronous collectives (each counted in stats() once the backend accepted it) -----
+  WorkPtr broadcast_async(const Tensor& tensor, int root);
+  WorkPtr reduce_async(const Tensor& tensor, int root, ReduceOp op = ReduceOp::Sum);
   WorkPtr all_reduce_async(const Tensor& tensor, ReduceOp op = ReduceOp::Sum);
   WorkPtr all_gather_async(const Tensor& input, const Tensor& output);
   WorkPtr reduce_scatter_async(const Tensor& input, const Tensor& output, ReduceOp op = ReduceOp::Sum);
-  virtual WorkPtr scatter_async(const Tensor& input, const Tensor& output, int root) = 0;
-  virtual WorkPtr gather_async(const Tensor& input, const Tensor& output, int root) = 0;
-  virtual WorkPtr all_to_all_async(const Tensor& input, const Tensor& output) = 0;
-  virtual WorkPtr send_async(const Tensor& tensor, int dst, int tag = 0) = 0;
-  virtual WorkPtr recv_async(const Tensor& tensor, int src, int tag = 0) = 0;
+  WorkPtr scatter_async(const Tensor& input, const Tensor& output, int root);
+  WorkPtr gather_async(const Tensor& input, const Tensor& output, int root);
+  WorkPtr all_to_all_async(const Tensor& input, const Tensor& output);
+  WorkPtr send_async(const Tensor& tensor, int dst, int tag = 0);
+  WorkPtr recv_async(const Tensor& tensor, int src, int tag = 0);
   virtual WorkPtr barrier_async() = 0;
 
   // ---- blocking forms: the async form, then wait() -----------------------------------------
@@ -114,30 +148,41 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::chrono::milliseconds timeout() const { return timeout_; }
   void set_algorithm(Algorithm algorithm) { algorithm_ = algorithm; }
   Algorithm algorithm() const { return algorithm_; }
-  CommStats stats() const { return stats_; }
-  void reset_stats() { stats_ = {}; }
+  // Safe to call while other threads communicate through the group.
+  CommStats stats() const;
+  void reset_stats();
   // "mpi group of 4 (world ranks 0,1,2,3), rank 1": for error messages.
   std::string describe() const;
 
  protected:
   ProcessGroup(int rank, int size, std::vector<int> world_ranks);
 
-  // The backend's own all-reduce, all-gather and reduce-scatter (Algorithm::Native).
+  // The backend's own operations; the public forms above count them and (for all-reduce,
+  // all-gather and reduce-scatter) choose between them and the ring.
   virtual WorkPtr native_all_reduce_async(const Tensor& tensor, ReduceOp op) = 0;
   virtual WorkPtr native_all_gather_async(const Tensor& input, const Tensor& output) = 0;
   virtual WorkPtr native_reduce_scatter_async(const Tensor& input, const Tensor& output, ReduceOp op) = 0;
+  virtual WorkPtr native_broadcast_async(const Tensor& tensor, int root) = 0;
+  virtual WorkPtr native_reduce_async(const Tensor& tensor, int root, ReduceOp op) = 0;
+  virtual WorkPtr native_scatter_async(const Tensor& input, const Tensor& output, int root) = 0;
+  virtual WorkPtr native_gather_async(const Tensor& input, const Tensor& output, int root) = 0;
+  virtual WorkPtr native_all_to_all_async(const Tensor& input, const Tensor& output) = 0;
+  virtual WorkPtr native_send_async(const Tensor& tensor, int dst, int tag) = 0;
+  virtual WorkPtr native_recv_async(const Tensor& tensor, int src, int tag) = 0;
 
-  // Point-to-point traffic, counted by send_async implementations.
-  void count_sent(uint64_t bytes) {
-    stats_.bytes_sent += bytes;
-    ++stats_.messages_sent;
-  }
+  // Point-to-point traffic, counted by native_send_async implementations.
+  void count_sent(uint64_t bytes);
 
  private:
+  // Adds one call of `payload` bytes, of which this rank sent `sent` under the model.
+  void count(OperationCount CommStats::*kind, uint64_t payload, uint64_t sent);
+
   int rank_, size_;
   std::vector<int> world_ranks_;
   std::chrono::milliseconds timeout_{std::chrono::minutes(5)};
   Algorithm algorithm_ = Algorithm::Native;
+  // Guards stats_: DDP launches all-reduces from backward's hooks while other threads may send.
+  mutable std::mutex stats_mutex_;
   CommStats stats_;
 };
 

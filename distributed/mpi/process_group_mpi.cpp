@@ -209,7 +209,7 @@ bool ProcessGroupMpi::shutdown_comm_thread() {
   return CommThread::get().shutdown();
 }
 
-WorkPtr ProcessGroupMpi::broadcast_async(const Tensor& tensor, int root) {
+WorkPtr ProcessGroupMpi::native_broadcast_async(const Tensor& tensor, int root) {
   check_tensor(*this, "broadcast", "", tensor);
   check_root(*this, "broadcast", "root", root);
   auto work = std::make_shared<MpiWork>("broadcast", describe(), timeout());
@@ -219,7 +219,7 @@ WorkPtr ProcessGroupMpi::broadcast_async(const Tensor& tensor, int root) {
   return work;
 }
 
-WorkPtr ProcessGroupMpi::reduce_async(const Tensor& tensor, int root, ReduceOp op) {
+WorkPtr ProcessGroupMpi::native_reduce_async(const Tensor& tensor, int root, ReduceOp op) {
   check_tensor(*this, "reduce", "", tensor);
   check_root(*this, "reduce", "root", root);
   check_reduce_op(*this, "reduce", tensor, op);
@@ -286,7 +286,7 @@ WorkPtr ProcessGroupMpi::native_reduce_scatter_async(const Tensor& input, const 
   return work;
 }
 
-WorkPtr ProcessGroupMpi::scatter_async(const Tensor& input, const Tensor& output, int root) {
+WorkPtr ProcessGroupMpi::native_scatter_async(const Tensor& input, const Tensor& output, int root) {
   check_root(*this, "scatter", "root", root);
   check_tensor(*this, "scatter", "output", output);
   const bool is_root = rank() == root;
@@ -307,7 +307,7 @@ WorkPtr ProcessGroupMpi::scatter_async(const Tensor& input, const Tensor& output
   return work;
 }
 
-WorkPtr ProcessGroupMpi::gather_async(const Tensor& input, const Tensor& output, int root) {
+WorkPtr ProcessGroupMpi::native_gather_async(const Tensor& input, const Tensor& output, int root) {
   check_root(*this, "gather", "root", root);
   check_tensor(*this, "gather", "input", input);
   const bool is_root = rank() == root;
@@ -328,7 +328,7 @@ WorkPtr ProcessGroupMpi::gather_async(const Tensor& input, const Tensor& output,
   return work;
 }
 
-WorkPtr ProcessGroupMpi::all_to_all_async(const Tensor& input, const Tensor& output) {
+WorkPtr ProcessGroupMpi::native_all_to_all_async(const Tensor& input, const Tensor& output) {
   check_tensor(*this, "all_to_all", "input", input);
   check_tensor(*this, "all_to_all", "output", output);
   check_same_dtype(*this, "all_to_all", input, output);
@@ -347,7 +347,7 @@ WorkPtr ProcessGroupMpi::all_to_all_async(const Tensor& input, const Tensor& out
   return work;
 }
 
-WorkPtr ProcessGroupMpi::send_async(const Tensor& tensor, int dst, int tag) {
+WorkPtr ProcessGroupMpi::native_send_async(const Tensor& tensor, int dst, int tag) {
   check_tensor(*this, "send", "", tensor);
   check_root(*this, "send", "destination", dst);
   LOOM_CHECK(dst != rank(), "send: rank ", rank(), " cannot send to itself (", describe(), ")");
@@ -368,7 +368,7 @@ WorkPtr ProcessGroupMpi::send_async(const Tensor& tensor, int dst, int tag) {
   return work;
 }
 
-WorkPtr ProcessGroupMpi::recv_async(const Tensor& tensor, int src, int tag) {
+WorkPtr ProcessGroupMpi::native_recv_async(const Tensor& tensor, int src, int tag) {
   check_tensor(*this, "recv", "", tensor);
   check_root(*this, "recv", "source", src);
   LOOM_CHECK(src != rank(), "recv: rank ", rank(), " cannot receive from itself (", describe(), ")");

@@ -60,13 +60,6 @@ class ProcessGroupMpi final : public ProcessGroup {
   std::string backend_name() const override { return "mpi"; }
   Device device() const override { return kCPU; }
 
-  WorkPtr broadcast_async(const Tensor& tensor, int root) override;
-  WorkPtr reduce_async(const Tensor& tensor, int root, ReduceOp op = ReduceOp::Sum) override;
-  WorkPtr scatter_async(const Tensor& input, const Tensor& output, int root) override;
-  WorkPtr gather_async(const Tensor& input, const Tensor& output, int root) override;
-  WorkPtr all_to_all_async(const Tensor& input, const Tensor& output) override;
-  WorkPtr send_async(const Tensor& tensor, int dst, int tag = 0) override;
-  WorkPtr recv_async(const Tensor& tensor, int src, int tag = 0) override;
   WorkPtr barrier_async() override;
   // MPI_Comm_split over this group's communicator; the new group keeps this group's timeout
   // and uses the same communication thread.
@@ -83,6 +76,13 @@ class ProcessGroupMpi final : public ProcessGroup {
   WorkPtr native_all_reduce_async(const Tensor& tensor, ReduceOp op) override;
   WorkPtr native_all_gather_async(const Tensor& input, const Tensor& output) override;
   WorkPtr native_reduce_scatter_async(const Tensor& input, const Tensor& output, ReduceOp op) override;
+  WorkPtr native_broadcast_async(const Tensor& tensor, int root) override;
+  WorkPtr native_reduce_async(const Tensor& tensor, int root, ReduceOp op) override;
+  WorkPtr native_scatter_async(const Tensor& input, const Tensor& output, int root) override;
+  WorkPtr native_gather_async(const Tensor& input, const Tensor& output, int root) override;
+  WorkPtr native_all_to_all_async(const Tensor& input, const Tensor& output) override;
+  WorkPtr native_send_async(const Tensor& tensor, int dst, int tag) override;
+  WorkPtr native_recv_async(const Tensor& tensor, int src, int tag) override;
 
  private:
   MPI_Comm comm_;

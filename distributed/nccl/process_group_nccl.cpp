@@ -108,7 +108,7 @@ class ProcessGroupNccl final : public ProcessGroup {
   std::string backend_name() const override { return "nccl"; }
   Device device() const override { return Device::cuda(device_); }
 
-  WorkPtr broadcast_async(const Tensor& t, int root) override {
+  WorkPtr native_broadcast_async(const Tensor& t, int root) override {
     check_tensor(t, "broadcast");
     check_root(root, "broadcast");
     return launch("broadcast", {t}, [&] {
@@ -117,7 +117,7 @@ class ProcessGroupNccl final : public ProcessGroup {
     });
   }
 
-  WorkPtr reduce_async(const Tensor& t, int root, ReduceOp op) override {
+  WorkPtr native_reduce_async(const Tensor& t, int root, ReduceOp op) override {
     check_tensor(t, "reduce");
     check_root(root, "reduce");
     return launch("reduce", {t}, [&] {
@@ -126,7 +126,7 @@ class ProcessGroupNccl final : public ProcessGroup {
     });
   }
 
-  WorkPtr scatter_async(const Tensor& input, const Tensor& output, int root) override {
+  WorkPtr native_scatter_async(const Tensor& input, const Tensor& output, int root) override {
     check_tensor(output, "scatter");
     check_root(root, "scatter");
     if (rank() == root) check_blocks(input, output, "scatter", "input");
@@ -150,7 +150,7 @@ class ProcessGroupNccl final : public ProcessGroup {
     });
   }
 
-  WorkPtr gather_async(const Tensor& input, const Tensor& output, int root) override {
+  WorkPtr native_gather_async(const Tensor& input, const Tensor& output, int root) override {
     check_tensor(input, "gather");
     check_root(root, "gather");
     if (rank() == root) check_blocks(output, input, "gather", "output");
@@ -173,7 +173,7 @@ class ProcessGroupNccl final : public ProcessGroup {
     });
   }
 
-  WorkPtr all_to_all_async(const Tensor& input, const Tensor& output) override {
+  WorkPtr native_all_to_all_async(const Tensor& input, const Tensor& output) override {
     check_tensor(input, "all_to_all");
     check_tensor(output, "all_to_all");
     LOOM_CHECK(input.sizes() == output.sizes() && input.dtype() == output.dtype() && input.numel() % size() == 0,
@@ -196,7 +196,7 @@ class ProcessGroupNccl final : public ProcessGroup {
 
   // NCCL matches point-to-point operations between a pair in the order they are issued; it has
   // no tags, so `tag` is accepted for the API's sake and the order must match on both sides.
-  WorkPtr send_async(const Tensor& t, int dst, int /*tag*/) override {
+  WorkPtr native_send_async(const Tensor& t, int dst, int /*tag*/) override {
     check_tensor(t, "send");
     check_peer(dst, "send");
     count_sent(t.nbytes());
@@ -205,7 +205,7 @@ class ProcessGroupNccl final : public ProcessGroup {
     });
   }
 
-  WorkPtr recv_async(const Tensor& t, int src, int /*tag*/) override {
+  WorkPtr native_recv_async(const Tensor& t, int src, int /*tag*/) override {
     check_tensor(t, "recv");
     check_peer(src, "recv");
     return launch("recv", {t}, [&] {
