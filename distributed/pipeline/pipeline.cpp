@@ -155,7 +155,7 @@ StepStats PipelineStageRunner::train_step(const Tensor& input, const Tensor& tar
   const int64_t m = microbatches_, v = static_cast<int64_t>(chunks_.size());
   const int64_t model_stages = p * v;
   // What a (chunk c, micro-batch i) holds between its actions, at slot c·m + i.
-  std::vector<Tensor> inputs(v * m), outputs(v * m), grads(v * m), losses(v * m);
+  std::vector<Tensor> inputs(v * m), outputs(v * m), grads(v * m), losses(v * m), input_grads(v * m);
   PostedSends sends;
   double loss_sum = 0;
   // The step starts together on every rank, so that the trace's tracks share a time origin.
@@ -194,19 +194,39 @@ StepStats PipelineStageRunner::train_step(const Tensor& input, const Tensor& tar
         } else {
           outputs[slot].backward(grads[slot]);
         }
+        if (!first) input_grads[slot] = inputs[slot].grad();
+        outputs[slot] = grads[slot] = losses[slot] = Tensor();  // this micro-batch's graph and activations go
+        record.backward_done();
+        break;
+      case ActionType::BackwardInput:
+        // Zero-bubble's B: only the gradient that stage g-1 waits for. autograd::grad runs only
+        // the nodes between the output and the stage's input, but each of those computes all
+        // its inputs' gradients, weights' included, and drops the ones nobody captures; the
+        // graph is kept for W.
+        if (last) loss_sum += losses[slot].item<double>();
+        if (!first)
+          input_grads[slot] = autograd::grad({last ? losses[slot] : outputs[slot]}, {inputs[slot]},
+                                             {last ? Tensor() : grads[slot]}, /*retain_graph=*/true)[0];
+        break;
+      case ActionType::BackwardWeight:
+        // Zero-bubble's W: the parameters' gradients, accumulated (and their hooks run) as by an
+        // unsplit backward. It walks the retained graph again, input chain included: the engine
+        // has no way to run only the weight halves of the nodes (docs/parallelism.md).
+        autograd::backward({last ? losses[slot] : outputs[slot]}, {last ? Tensor() : grads[slot]});
         outputs[slot] = grads[slot] = losses[slot] = Tensor();  // this micro-batch's graph and activations go
         record.backward_done();
         break;
       case ActionType::SendGrad:
-        sends.post(*group_, inputs[slot].grad().contiguous(), a.peer, tag_of(a));
-        bytes = nbytes(inputs[slot].grad());
-        inputs[slot] = Tensor();
+        sends.post(*group_, input_grads[slot].contiguous(), a.peer, tag_of(a));
+        bytes = nbytes(input_grads[slot]);
+        inputs[slot] = input_grads[slot] = Tensor();
         break;
     }
     if (a.is_recv()) sends.release_completed();  // a receive waited anyway: the cheapest moment to look
     record.action_finished(a, bytes);
   }
   sends.wait_all();  // for every receiver of this step's sends: their buffers live until then
+  record.step_finished();
   // The last model stage, on rank p - 1 (its chunk v - 1), alone knows the loss; every rank
   // reports it, so the broadcast waits for rank p - 1's last backward.
   Tensor loss = full({1}, group_->rank() == p - 1 ? loss_sum : 0.0, TensorOptions(kFloat64).device(group_->device()));

@@ -1,7 +1,7 @@
 /*
  * Pipeline parallelism: a sequential model cut into p stages, one per rank of a pipeline group,
- * trained on m micro-batches per step by running a schedule (schedule.h: GPipe, 1F1B or
- * interleaved 1F1B) with point-to-point messages between neighbouring stages.
+ * trained on m micro-batches per step by running a schedule (schedule.h: GPipe, 1F1B,
+ * interleaved 1F1B or ZB-H1) with point-to-point messages between neighbouring stages.
  *
  *   rank 0: layers [0, b1)     rank 1: layers [b1, b2)   ...   rank p-1: layers [b_{p-1}, L) + loss
  *      x_mb ─► stage 0 ─ send act ─► stage 1 ─ ... ─► stage p-1 ─► loss_mb / m
@@ -74,12 +74,21 @@ struct StepStats {
   // Process-wide: a data loader allocating on other threads at the same time adds to it.
   int64_t peak_activation_bytes = 0;
   double compute_seconds = 0, wait_seconds = 0;  // forward/backward vs send/recv time of this rank
+  // From the step's start on this rank to its last action (and its posted sends received). The
+  // ranks start together only when tracing (a barrier first); otherwise each from its own call.
+  double step_seconds = 0;
+  // This rank's idle share of the step, the measured counterpart of SimulationResult's
+  // bubble_fraction: 1 - compute / step (0 for an empty step).
+  double bubble_fraction() const { return step_seconds > 0 ? 1.0 - compute_seconds / step_seconds : 0.0; }
 };
 
 class PipelineStageRunner {
  public:
-  // stage: this rank's layers; group: the pipeline group (stage s = group rank s). kind is GPipe
-  // or OneFOneB (Interleaved1F1B with this constructor is 1F1B: one chunk).
+  // stage: this rank's layers; group: the pipeline group (stage s = group rank s). kind is GPipe,
+  // OneFOneB or ZeroBubbleH1 (Interleaved1F1B with this constructor is 1F1B: one chunk). Under
+  // ZeroBubbleH1 a micro-batch's graph stays until its W, so the stage holds up to p micro-batches
+  // (SimulationResult::peak_live_until_weight_grad), and StepStats::peak_live_microbatches counts
+  // them so.
   PipelineStageRunner(std::shared_ptr<nn::Sequential> stage, std::shared_ptr<ProcessGroup> group, ScheduleKind kind,
                       int64_t microbatches);
   // Interleaved 1F1B over v = chunks.size() chunks: chunks[c] is model stage c·p + rank of the

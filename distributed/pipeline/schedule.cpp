@@ -1,10 +1,10 @@
 /*
- * Building the pipeline schedules (GPipe, 1F1B, interleaved 1F1B) as per-rank action lists; see
+ * Building the pipeline schedules (GPipe, 1F1B, interleaved 1F1B, ZB-H1) as per-rank action lists; see
  * schedule.h for the pictures and the reasoning, and schedule_simulator.cpp for running them.
  *
  * Building a schedule has two steps: the order of the compute actions on each rank (the part
  * that differs between the schedules, and that the textbook pictures show), then the messages
- * around them, placed by one rule shared by all three (with_messages).
+ * around them, placed by one rule shared by all four (with_messages).
  */
 #include "distributed/pipeline/schedule.h"
 
@@ -45,6 +45,30 @@ std::vector<Action> one_f_one_b_compute_order(int64_t stage, int64_t p, int64_t 
     order.push_back(compute(ActionType::Backward, i, stage));
   }
   for (int64_t i = m - warmup; i < m; ++i) order.push_back(compute(ActionType::Backward, i, stage));
+  return order;
+}
+
+// ZB-H1 on one stage (Qi et al., 2024, sec. 2.1): 1F1B with each backward split into B (the
+// input's gradient, which stage s-1 waits for) and W (the parameters' gradients, which nobody
+// waits for). Forwards and Bs keep 1F1B's order, so the stage holds 1F1B's p - s micro-batches
+// between F and B; W of micro-batch j waits until after B of j + s. Stage s's first gradient
+// arrives after the p - s - 1 downstream Bs alone (W no longer sits on that path), and the s
+// deferred Ws fill the cool-down, where stage s would idle waiting for its last gradients; the
+// last stage defers none: it runs B and W back to back. Counted from F to W, stage s holds up
+// to (p - s) + s = p micro-batches: the most any 1F1B stage (stage 0) holds.
+std::vector<Action> zero_bubble_h1_compute_order(int64_t stage, int64_t p, int64_t m) {
+  std::vector<Action> order;
+  int64_t next_weight = 0;  // the oldest micro-batch whose W is still to come
+  for (const Action& a : one_f_one_b_compute_order(stage, p, m)) {
+    if (a.type == ActionType::Forward) {
+      order.push_back(a);
+      continue;
+    }
+    order.push_back(compute(ActionType::BackwardInput, a.microbatch, stage));
+    if (a.microbatch - next_weight >= stage)
+      order.push_back(compute(ActionType::BackwardWeight, next_weight++, stage));
+  }
+  while (next_weight < m) order.push_back(compute(ActionType::BackwardWeight, next_weight++, stage));
   return order;
 }
 
@@ -92,17 +116,30 @@ std::vector<Action> interleaved_compute_order(int64_t rank, int64_t p, int64_t m
 //
 // With several chunks per rank (interleaved), each compute action names its model stage g; its
 // neighbours are stages g - 1 and g + 1 of the p·v, on ranks (g - 1) mod p and (g + 1) mod p.
+//
+// Zero-bubble's W actions have no messages and do not end a gap: the gap runs from one F or B to
+// the next, and its Ws go just before its first receive. The sends before it leave at once (the
+// neighbour may be waiting for them) and the Ws fill the time the receive would wait.
 std::vector<Action> with_messages(const std::vector<Action>& computes, int64_t p, int64_t model_stages) {
   std::vector<Action> out;
-  std::vector<Action> gap;  // messages of the current gap
+  std::vector<Action> gap;      // messages of the current gap
+  std::vector<Action> weights;  // its W actions
   auto flush = [&] {
     std::stable_sort(gap.begin(), gap.end(), [](const Action& a, const Action& b) {
       return is_activation_message(a.type) && !is_activation_message(b.type);
     });
-    out.insert(out.end(), gap.begin(), gap.end());
+    const auto first_recv = std::find_if(gap.begin(), gap.end(), [](const Action& a) { return a.is_recv(); });
+    out.insert(out.end(), gap.begin(), first_recv);
+    out.insert(out.end(), weights.begin(), weights.end());
+    out.insert(out.end(), first_recv, gap.end());
     gap.clear();
+    weights.clear();
   };
   for (const Action& c : computes) {
+    if (c.type == ActionType::BackwardWeight) {
+      weights.push_back(c);
+      continue;
+    }
     const int64_t stage = c.stage;
     const int prev = static_cast<int>((stage - 1 + p) % p);
     const int next = static_cast<int>((stage + 1) % p);
@@ -111,14 +148,14 @@ std::vector<Action> with_messages(const std::vector<Action>& computes, int64_t p
     // What the next compute action needs.
     if (c.type == ActionType::Forward && !first)
       gap.push_back({ActionType::RecvActivation, c.microbatch, stage, prev});
-    if (c.type == ActionType::Backward && !last)
+    if (c.is_input_backward() && !last)
       gap.push_back({ActionType::RecvGrad, c.microbatch, stage, next});
     flush();
     out.push_back(c);
     // What it produced.
     if (c.type == ActionType::Forward && !last)
       gap.push_back({ActionType::SendActivation, c.microbatch, stage, next});
-    if (c.type == ActionType::Backward && !first)
+    if (c.is_input_backward() && !first)
       gap.push_back({ActionType::SendGrad, c.microbatch, stage, prev});
   }
   flush();
@@ -143,7 +180,10 @@ std::string Action::to_string() const {
     case ActionType::Forward:
       return "F" + mb;
     case ActionType::Backward:
+    case ActionType::BackwardInput:
       return "B" + mb;
+    case ActionType::BackwardWeight:
+      return "W" + mb;
     case ActionType::SendActivation:
       return "send act " + mb + " -> rank " + rank;
     case ActionType::RecvActivation:
@@ -164,6 +204,8 @@ const char* schedule_kind_name(ScheduleKind kind) {
       return "1F1B";
     case ScheduleKind::Interleaved1F1B:
       return "interleaved 1F1B";
+    case ScheduleKind::ZeroBubbleH1:
+      return "ZB-H1";
   }
   return "?";
 }
@@ -190,6 +232,8 @@ Schedule make_schedule(ScheduleKind kind, int64_t stages, int64_t microbatches, 
       computes = gpipe_compute_order(s, microbatches);
     else if (kind == ScheduleKind::OneFOneB)
       computes = one_f_one_b_compute_order(s, stages, microbatches);
+    else if (kind == ScheduleKind::ZeroBubbleH1)
+      computes = zero_bubble_h1_compute_order(s, stages, microbatches);
     else
       computes = interleaved_compute_order(s, stages, microbatches, chunks);
     schedule.push_back(with_messages(computes, stages, stages * chunks));

@@ -1,8 +1,8 @@
 /*
  * Pipeline-parallel schedules as data. For p ranks and m micro-batches a schedule is, per rank,
  * the list of actions the rank performs, in order: compute (the forward or the backward of one
- * micro-batch through one model stage) and the point-to-point messages around it. GPipe, 1F1B
- * and interleaved 1F1B are all built here as such lists, so that one plain loop runs any of them
+ * micro-batch through one model stage) and the point-to-point messages around it. GPipe, 1F1B,
+ * interleaved 1F1B and zero-bubble ZB-H1 are all built here as such lists, so that one plain loop runs any of them
  * (PipelineStageRunner::train_step, pipeline.cpp), and so that they can be printed here and
  * checked and simulated without any process (schedule_simulator.h):
  *
@@ -13,6 +13,8 @@
  *     case RecvGrad:       grad_out[a] = recv(a.peer);                      break;
  *     case Backward:       grad_in[a] = backward(output[a], grad_out[a]);   break;
  *     case SendGrad:       send(grad_in[a], a.peer);                        break;
+ *     case BackwardInput:  grad_in[a] = input_grad(output[a], grad_out[a]); break;  // ZB-H1: B
+ *     case BackwardWeight: accumulate_weight_grads(output[a], grad_out[a]); break;  // ZB-H1: W
  *   }
  *
  * Model stages. The model is cut into p·v stages, v "chunks" per rank: stage g runs on rank
@@ -23,7 +25,7 @@
  * output from g+1, and one with g > 0 then sends the gradient of its input to g-1. Stage 0 reads
  * the data, the last stage computes the loss.
  *
- * The three schedules, drawn by format_timeline for p = 4, m = 8 with every forward and backward
+ * The schedules, drawn by format_timeline for p = 4, m = 8 with every forward and backward
  * one time unit (Fi / Bi: forward / backward of micro-batch i; ".": idle; one row per rank):
  *
  * GPipe (Huang et al., 2019): all forwards, then all backwards.
@@ -56,13 +58,32 @@
  *   stage 2: B1a F4b B2a F5b B3a F6b B4b F7b B5b .   B6b .   B7b B4a B5a B6a B7a .   .
  *   stage 3: F6a B2a F7a B3a F4b B4b F5b B5b F6b B6b F7b B7b B4a B5a B6a B7a .   .   .
  *
+ * ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, sec. 2.1): each backward is
+ * split in two. B computes the gradient of the stage's input, the one thing stage s-1 waits for;
+ * W computes the gradients of the stage's parameters, which nobody waits for until the optimizer
+ * step. F and B keep 1F1B's order; stage s runs W of micro-batch j after B of j + s (the last
+ * stage runs W right after B, the first defers p - 1 of them), the rest after its last B. Drawn
+ * with tF = tB = tW = 1 (Wi: weight gradient of micro-batch i), so 1F1B above is the same work
+ * with each backward two units:
+ *   stage 0: F0 F1 F2 F3 .  .  .  B0 W0 F4 B1 W1 F5 B2 W2 F6 B3 W3 F7 B4 W4 B5 W5 B6 W6 B7 W7
+ *   stage 1: .  F0 F1 F2 .  .  B0 F3 B1 W0 F4 B2 W1 F5 B3 W2 F6 B4 W3 F7 B5 W4 B6 W5 B7 W6 W7
+ *   stage 2: .  .  F0 F1 .  B0 F2 B1 F3 B2 W0 F4 B3 W1 F5 B4 W2 F6 B5 W3 F7 B6 W4 B7 W5 W6 W7
+ *   stage 3: .  .  .  F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 W5 W6 W7
+ * The first gradient reaches stage s after the p - s - 1 downstream Bs alone, not B + W each,
+ * and the cool-down, where 1F1B's stage s waits for its last gradients, is filled by the
+ * deferred Ws.
+ *
  * Bubble. GPipe and 1F1B take the same time: every stage idles while the pipeline fills (p-1
  * forwards) and drains (p-1 backwards), so with forward time tf and backward time tb the step
  * takes (m + p - 1)(tf + tb) and each stage is idle (p - 1)(tf + tb) of it: the bubble fraction
  * is (p - 1) / (m + p - 1), small only when m >> p. Interleaving v chunks fills and drains the
  * pipeline in steps of a chunk, 1/v of a stage, so the idle time shrinks v-fold and the bubble is
  * (p - 1) / (v·m + p - 1): 6 of 38 units above against 12 of 44 for 1F1B (whose boxes are two
- * units of these). The price is v times as many messages. (The simulator reproduces all three.)
+ * units of these). The price is v times as many messages. With the backward split into B and W
+ * (1F1B's backward is tB + tW), 1F1B idles (p - 1)(tF + tB + tW) per stage and ZB-H1
+ * (p - 1)(tF + tB - tW) (Qi et al., sec. 2.1, for m >= p): with tF = tB = tW a third, bubble
+ * (p - 1) / (3m + p - 1) against (p - 1) / (m + p - 1): 3 of 27 units above against 9 of 33,
+ * at the same message count. (The simulator reproduces all four.)
  *
  * Memory. A stage keeps the activations of a micro-batch from its forward until its backward.
  * GPipe runs all m forwards before any backward, so every stage holds m micro-batches of
@@ -73,6 +94,10 @@
  * which waits longest for its first gradient, holds the most). Interleaved 1F1B warms up longer:
  * rank r holds up to 2(p - r - 1) + (v - 1)p + 1 chunk micro-batches of 1/v of a stage each,
  * 11, 9, 7, 5 halves above, i.e. 5.5, 4.5, 3.5, 2.5 micro-batches: more than 1F1B, still not m.
+ * ZB-H1 holds 1F1B's p - s micro-batches between F and B; counted until W (what B leaves for W:
+ * in the paper the layers' inputs, in PipelineStageRunner the whole graph) stage s holds up to
+ * (p - s) + s = p, the most 1F1B holds on any stage (stage 0): 4 on every stage above.
+ * SimulationResult reports both counts.
  *
  * Deadlock freedom. With blocking send/recv a message completes only when both sides reach it
  * (MPI may send small messages eagerly, but large ones wait for the matching receive: the
@@ -81,7 +106,8 @@
  * end at two neighbours waiting on each other, each at its next message of their link. If both
  * sides of every link do the link's messages in the same order, those are the two halves of one
  * message, which then completes: no deadlock. So the order on each link is all that matters, and
- * it is built to agree: between two compute actions a rank does the activation messages of that
+ * it is built to agree: between two compute actions (F or B; W has no messages and goes just
+ * before the gap's first receive, whose wait it fills) a rank does the activation messages of that
  * gap before the gradient messages, on both sides of every link (stage s+1 receives the
  * activation of its next forward before it sends the gradient of the backward it just did, while
  * stage s sends that activation before it waits for that gradient; the naive order, send the
@@ -101,8 +127,18 @@
 
 namespace loom::distributed::pipeline {
 
-// Compute actions (Forward, Backward) and the blocking messages around them.
-enum class ActionType { Forward, Backward, SendActivation, RecvActivation, SendGrad, RecvGrad };
+// Compute actions (Forward, Backward; zero-bubble splits Backward into BackwardInput and
+// BackwardWeight) and the blocking messages around them.
+enum class ActionType {
+  Forward,
+  Backward,
+  SendActivation,
+  RecvActivation,
+  SendGrad,
+  RecvGrad,
+  BackwardInput,   // "B" of zero-bubble: the gradient of the stage's input only (what goes upstream)
+  BackwardWeight,  // "W": the gradients of the stage's parameters; no messages, any time after B
+};
 
 // One step of one rank. `stage` is the model stage the action belongs to (stage g runs on rank
 // g mod p: the rank's own stage unless interleaved); `peer` is the other rank of a send/recv, -1
@@ -115,11 +151,16 @@ struct Action {
   int64_t stage;
   int peer;
 
-  bool is_compute() const { return type == ActionType::Forward || type == ActionType::Backward; }
+  bool is_compute() const {
+    return type == ActionType::Forward || type == ActionType::Backward || type == ActionType::BackwardInput ||
+           type == ActionType::BackwardWeight;
+  }
+  // The backward that sends the input's gradient upstream: Backward, or zero-bubble's B.
+  bool is_input_backward() const { return type == ActionType::Backward || type == ActionType::BackwardInput; }
   bool is_send() const { return type == ActionType::SendActivation || type == ActionType::SendGrad; }
   bool is_recv() const { return type == ActionType::RecvActivation || type == ActionType::RecvGrad; }
 
-  // "F3", "B3", "send act 3 -> rank 2", "recv act 3 <- rank 0", "send grad 3 -> rank 0",
+  // "F3", "B3" (Backward or BackwardInput), "W3", "send act 3 -> rank 2", "recv act 3 <- rank 0", "send grad 3 -> rank 0",
   // "recv grad 3 <- rank 2".
   std::string to_string() const;
 
@@ -129,8 +170,8 @@ struct Action {
 // schedule[r]: the actions of rank r, in the order it performs them.
 using Schedule = std::vector<std::vector<Action>>;
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B };
-// "GPipe", "1F1B", "interleaved 1F1B".
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B, ZeroBubbleH1 };
+// "GPipe", "1F1B", "interleaved 1F1B", "ZB-H1".
 const char* schedule_kind_name(ScheduleKind kind);
 
 // The schedule of `kind` for `stages` = p ranks and `microbatches` = m micro-batches: p lists.
@@ -150,7 +191,10 @@ const char* schedule_kind_name(ScheduleKind kind);
 //     (p - 1) / (v·m + p - 1) of the step in the simulator's units (forward and backward of a
 //     chunk cost 1/v of a whole stage's), at the price of v times as many messages. m must be a
 //     multiple of p. With v = 1 it is 1F1B.
-// Throws loom::Error if stages < 1, microbatches < 1, chunks != 1 for GPipe or 1F1B, or (for
+//   ZB-H1 (Qi et al., 2024): 1F1B's order of forwards and input-gradient backwards (BackwardInput),
+//     each backward's weight half (BackwardWeight) of micro-batch j on stage s deferred until
+//     after the input half of micro-batch j + s, the last s ones after the stage's last B.
+// Throws loom::Error if stages < 1, microbatches < 1, chunks != 1 for GPipe, 1F1B or ZB-H1, or (for
 // interleaved) chunks < 1, chunks > 1 on one rank, or m not a multiple of p.
 Schedule make_schedule(ScheduleKind kind, int64_t stages, int64_t microbatches, int64_t chunks = 1);
 

@@ -96,6 +96,19 @@ class Simulation {
  private:
   bool done(int r) const { return pc_[r] >= schedule_[r].size(); }
 
+  int64_t cost_of(ActionType type) const {
+    switch (type) {
+      case ActionType::Forward:
+        return options_.forward_cost;
+      case ActionType::BackwardInput:
+        return options_.input_backward_cost;
+      case ActionType::BackwardWeight:
+        return options_.weight_backward_cost;
+      default:
+        return options_.backward_cost;
+    }
+  }
+
   static bool matches(const Action& send_or_recv, const Action& other, int rank) {
     return halves_of_one_message(send_or_recv, other) && other.peer == rank;
   }
@@ -111,7 +124,7 @@ class Simulation {
   bool advance(int r) {
     const Action& a = schedule_[r][pc_[r]];
     if (a.is_compute()) {
-      const int64_t cost = a.type == ActionType::Forward ? options_.forward_cost : options_.backward_cost;
+      const int64_t cost = cost_of(a.type);
       result_.busy_time[r] += cost;
       finish(r, clock_[r], clock_[r] + cost);
     } else if (options_.comm == CommModel::Rendezvous) {
@@ -168,13 +181,19 @@ class Simulation {
       result_.bubble_fraction.push_back(result_.total_time == 0 ? 0.0
                                                                 : static_cast<double>(result_.idle_time[r]) /
                                                                       static_cast<double>(result_.total_time));
-      // Activations live from a micro-batch's forward to its backward on this stage.
-      int64_t live = 0, peak = 0;
+      // Activations live from a micro-batch's forward to its (input) backward on this stage, and
+      // its graph until the weight gradient too.
+      int64_t live = 0, peak = 0, until_weight = 0, peak_until_weight = 0;
       for (const Action& a : schedule_[r]) {
-        if (a.type == ActionType::Forward) peak = std::max(peak, ++live);
-        if (a.type == ActionType::Backward) --live;
+        if (a.type == ActionType::Forward) {
+          peak = std::max(peak, ++live);
+          peak_until_weight = std::max(peak_until_weight, ++until_weight);
+        }
+        if (a.is_input_backward()) --live;
+        if (a.type == ActionType::Backward || a.type == ActionType::BackwardWeight) --until_weight;
       }
       result_.peak_live_activations.push_back(peak);
+      result_.peak_live_until_weight_grad.push_back(peak_until_weight);
     }
   }
 
@@ -234,9 +253,11 @@ std::vector<std::string> check_pairwise_order(const Schedule& schedule) {
 
 SimulationResult simulate(const Schedule& schedule, const SimulationOptions& options) {
   validate(schedule, "simulate");
-  LOOM_CHECK(options.forward_cost >= 1 && options.backward_cost >= 1,
-             "simulate: expected forward_cost >= 1 and backward_cost >= 1, got ", options.forward_cost,
-             " and ", options.backward_cost);
+  LOOM_CHECK(options.forward_cost >= 1 && options.backward_cost >= 1 && options.input_backward_cost >= 1 &&
+                 options.weight_backward_cost >= 1,
+             "simulate: expected every cost >= 1, got forward_cost ", options.forward_cost, ", backward_cost ",
+             options.backward_cost, ", input_backward_cost ", options.input_backward_cost,
+             ", weight_backward_cost ", options.weight_backward_cost);
   return Simulation(schedule, options).run();
 }
 

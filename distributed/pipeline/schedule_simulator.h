@@ -30,9 +30,14 @@ namespace loom::distributed::pipeline {
 enum class CommModel { Rendezvous, Eager };
 
 struct SimulationOptions {
-  int64_t forward_cost = 1;   // time units of one forward of one micro-batch on one stage
+  int64_t forward_cost = 1;   // tF: time units of one forward of one micro-batch on one stage
   int64_t backward_cost = 2;  // backward ~ 2 x forward (gradients for inputs and for weights)
   CommModel comm = CommModel::Rendezvous;
+  // Zero-bubble's halves of a backward: tB (BackwardInput) and tW (BackwardWeight). For a
+  // matmul each is one matmul like the forward's, so tF = tB = tW; the defaults keep
+  // tB + tW = backward_cost, so that split and unsplit schedules are compared at equal work.
+  int64_t input_backward_cost = 1;
+  int64_t weight_backward_cost = 1;
 };
 
 // One action as it ran: start and end time. Messages take no time of their own; a send or
@@ -69,6 +74,10 @@ struct SimulationResult {
   // i.e. how many micro-batches of activations the stage holds at once (from the list's order;
   // it does not depend on the timing). Interleaved, a rank counts each chunk's micro-batches.
   std::vector<int64_t> peak_live_activations;
+  // Per rank: the same count up to the micro-batch's weight gradient instead (Backward does both
+  // halves, so it differs only for zero-bubble, whose W comes later). PipelineStageRunner keeps a
+  // micro-batch's graph until its W, so this is what it holds.
+  std::vector<int64_t> peak_live_until_weight_grad;
   // Per rank: the actions that completed, with their times.
   std::vector<std::vector<TimedAction>> timeline;
 };
@@ -78,6 +87,7 @@ struct SimulationResult {
 // (or a receive that meets a different message than it expects under Eager) is a result, not an
 // error. Throws loom::Error for a malformed schedule: a peer outside [0, ranks) or equal to the
 // rank itself, a compute action with a peer, a negative micro-batch, or costs < 1.
+// BackwardWeight actions take their cost and exchange no messages.
 SimulationResult simulate(const Schedule& schedule, const SimulationOptions& options = {});
 
 // For every pair of ranks (a, b): the messages between them — both directions, in the order each
@@ -93,7 +103,8 @@ SimulationResult simulate(const Schedule& schedule, const SimulationOptions& opt
 std::vector<std::string> check_pairwise_order(const Schedule& schedule);
 
 // The simulated time-step grid, one line per rank, one cell per time unit: "F3" for each unit
-// of a forward of micro-batch 3, "B3" for a backward, "." idle (cells padded to one width);
+// of a forward of micro-batch 3, "B3" for a backward (or its input half), "W3" for a weight half,
+// "." idle (cells padded to one width);
 // interleaved, with the chunk's letter (compute_label): "F3a", "B3b".
 std::string format_timeline(const SimulationResult& result);
 

@@ -38,6 +38,10 @@ void StepRecorder::forward_done() {
 
 void StepRecorder::action_started() { action_start_ = Clock::now(); }
 
+void StepRecorder::step_finished() {
+  stats_.step_seconds = std::chrono::duration<double>(Clock::now() - step_start_).count();
+}
+
 void StepRecorder::action_finished(const Action& a, int64_t bytes) {
   const double seconds = std::chrono::duration<double>(Clock::now() - action_start_).count();
   (a.is_compute() ? stats_.compute_seconds : stats_.wait_seconds) += seconds;

@@ -28,10 +28,12 @@ class StepRecorder {
   void action_started();
   void action_finished(const Action& a, int64_t bytes);
 
-  // A forward made one more micro-batch hold activations, a backward freed one; a received
-  // activation is held too (only its memory counts).
+  // A forward made one more micro-batch hold activations, a backward (zero-bubble: its W, which
+  // frees the graph) freed one; a received activation is held too (only its memory counts).
   void forward_done();
   void backward_done() { --live_microbatches_; }
+  // The rank has done its last action: the step's length.
+  void step_finished();
   void activation_received() { sample_memory(); }
 
   // Everything but the loss.

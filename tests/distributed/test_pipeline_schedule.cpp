@@ -11,6 +11,10 @@
  *     dependencies hold in simulated time, the step takes (m + p - 1)(tf + tb), so the bubble is
  *     the theory's (p - 1) / (m + p - 1), and the peak live activations are m (GPipe) and
  *     min(p - s, m) (1F1B);
+ *   - ZB-H1: one F, B and W of every micro-batch per stage (W after B, W without messages),
+ *     deadlock-free under both send models, 1F1B's live micro-batches until B (and at most p
+ *     until W), and the bubble (p - 1)(tF + tB - tW) of Qi et al. for tF = tB = tW, below
+ *     1F1B's (p - 1)(tF + tB + tW);
  *   - negative controls: broken schedules are reported (deadlock, message mismatch);
  *   - error paths.
  * Pure logic: the MPI main runs it on every rank, each rank checks the same things.
@@ -374,8 +378,15 @@ TEST_CASE("pipeline schedule: errors") {
   CHECK_THROWS_WITH_AS(simulate(negative), doctest::Contains("has negative micro-batch -1"), loom::Error);
   CHECK_THROWS_WITH_AS(
       simulate(make_schedule(ScheduleKind::GPipe, 2, 2), {0, 2, CommModel::Rendezvous}),
-      doctest::Contains("simulate: expected forward_cost >= 1 and backward_cost >= 1, got 0 and 2"),
+      doctest::Contains("simulate: expected every cost >= 1, got forward_cost 0, backward_cost 2, "
+                        "input_backward_cost 1, weight_backward_cost 1"),
       loom::Error);
+  SimulationOptions no_weight_cost;
+  no_weight_cost.weight_backward_cost = 0;
+  CHECK_THROWS_WITH_AS(simulate(make_schedule(ScheduleKind::ZeroBubbleH1, 2, 2), no_weight_cost),
+                       doctest::Contains("weight_backward_cost 0"), loom::Error);
+  CHECK_THROWS_WITH_AS(make_schedule(ScheduleKind::ZeroBubbleH1, 2, 4, 2),
+                       doctest::Contains("make_schedule(ZB-H1): one model chunk per rank, got 2"), loom::Error);
 }
 
 TEST_CASE("pipeline schedule: interleaved 1F1B runs every (model stage, micro-batch) once, on its rank") {
@@ -474,6 +485,144 @@ TEST_CASE("pipeline schedule: interleaved errors name the problem") {
         std::string::npos);
   CHECK(error([] { make_schedule(ScheduleKind::OneFOneB, 2, 4, 2); }).find("one model chunk per rank, got 2") !=
         std::string::npos);
+}
+
+// ZB-H1 with every micro-batch count from 1 to 3p (m < p included, where the pipeline never
+// fills), for p = 1 .. 6.
+template <class Check>
+void for_each_zero_bubble(Check&& check) {
+  for (int64_t p = 1; p <= 6; ++p)
+    for (int64_t m = 1; m <= 3 * p; ++m) {
+      CAPTURE(p);
+      CAPTURE(m);
+      check(p, m, make_schedule(ScheduleKind::ZeroBubbleH1, p, m));
+    }
+}
+
+TEST_CASE("pipeline schedule: ZB-H1 runs one F, B and W of every micro-batch per stage, W after B and silent") {
+  for_each_zero_bubble([](int64_t p, int64_t m, const Schedule& schedule) {
+    const Schedule one_f_one_b = make_schedule(ScheduleKind::OneFOneB, p, m);
+    REQUIRE(static_cast<int64_t>(schedule.size()) == p);
+    for (int64_t s = 0; s < p; ++s) {
+      CAPTURE(s);
+      std::vector<int64_t> forward(m, -1), input(m, -1), weight(m, -1);
+      std::vector<Action> messages, reference_messages, f_and_b, reference_f_and_b;
+      for (int64_t k = 0; k < static_cast<int64_t>(schedule[s].size()); ++k) {
+        const Action& a = schedule[s][k];
+        CHECK(a.stage == s);
+        CHECK(a.type != ActionType::Backward);  // every backward is split
+        auto once = [&](std::vector<int64_t>& at) {
+          CHECK(at[a.microbatch] == -1);
+          at[a.microbatch] = k;
+        };
+        if (a.type == ActionType::Forward) once(forward);
+        if (a.type == ActionType::BackwardInput) once(input);
+        if (a.type == ActionType::BackwardWeight) once(weight);
+        if (!a.is_compute()) messages.push_back(a);
+        if (a.type == ActionType::Forward || a.type == ActionType::BackwardInput)
+          f_and_b.push_back({a.type == ActionType::Forward ? ActionType::Forward : ActionType::Backward,
+                             a.microbatch, a.stage, -1});
+      }
+      for (const Action& a : one_f_one_b[s]) (a.is_compute() ? reference_f_and_b : reference_messages).push_back(a);
+      for (int64_t i = 0; i < m; ++i) {
+        CHECK(forward[i] >= 0);
+        CHECK(forward[i] < input[i]);
+        CHECK(input[i] < weight[i]);
+      }
+      // B takes the place of 1F1B's backward, messages included: W adds none.
+      CHECK(f_and_b == reference_f_and_b);
+      std::vector<std::string> got = strings(messages), expected = strings(reference_messages);
+      std::sort(got.begin(), got.end());
+      std::sort(expected.begin(), expected.end());
+      CHECK(got == expected);
+    }
+  });
+}
+
+TEST_CASE("pipeline schedule: ZB-H1 is deadlock-free, with 1F1B's live micro-batches until B and at most p until W") {
+  for_each_zero_bubble([](int64_t p, int64_t m, const Schedule& schedule) {
+    CHECK(check_pairwise_order(schedule).empty());
+    const SimulationResult one_f_one_b = simulate(make_schedule(ScheduleKind::OneFOneB, p, m));
+    for (CommModel comm : {CommModel::Rendezvous, CommModel::Eager}) {
+      CAPTURE(static_cast<int>(comm));
+      SimulationOptions options;
+      options.comm = comm;
+      const SimulationResult result = simulate(schedule, options);
+      REQUIRE_MESSAGE(!result.deadlocked, result.deadlock_report);
+      for (int64_t s = 0; s < p; ++s) {
+        CAPTURE(s);
+        CHECK(result.timeline[s].size() == schedule[s].size());
+        CHECK(result.peak_live_activations[s] == one_f_one_b.peak_live_activations[s]);
+        // Holding each graph until its W: no more than 1F1B's most loaded stage (stage 0).
+        CHECK(result.peak_live_until_weight_grad[s] <= one_f_one_b.peak_live_activations[0]);
+        CHECK(one_f_one_b.peak_live_until_weight_grad[s] == one_f_one_b.peak_live_activations[s]);
+        // Dependencies in simulated time: F after the upstream F, B after the downstream B, W
+        // after this stage's B.
+        for (int64_t i = 0; i < m; ++i) {
+          CAPTURE(i);
+          const TimedAction f = find_compute(result, s, ActionType::Forward, i);
+          const TimedAction b = find_compute(result, s, ActionType::BackwardInput, i);
+          const TimedAction w = find_compute(result, s, ActionType::BackwardWeight, i);
+          CHECK(b.start >= f.end);
+          CHECK(w.start >= b.end);
+          if (s > 0) CHECK(f.start >= find_compute(result, s - 1, ActionType::Forward, i).end);
+          if (s < p - 1) CHECK(b.start >= find_compute(result, s + 1, ActionType::BackwardInput, i).end);
+        }
+      }
+    }
+  });
+}
+
+TEST_CASE("pipeline schedule: ZB-H1's bubble is (p - 1)(tF + tB - tW), a third of 1F1B's when tF = tB = tW") {
+  // Qi et al. (2024), sec. 2.1: 1F1B idles (p - 1)(tF + tB + tW) per stage (its backward is
+  // B + W), ZB-H1 (p - 1)(tF + tB - tW): B alone is on the path back to the first stage, and
+  // the deferred Ws fill the cool-down. With tF = tB = tW = t the bubble fractions are
+  // 3(p - 1) / (3m + 3(p - 1)) = (p - 1) / (m + p - 1) and (p - 1) / (3m + p - 1). The formula
+  // needs m >= p (a full pipeline); below that ZB-H1 is still shorter than 1F1B.
+  for_each_zero_bubble([](int64_t p, int64_t m, const Schedule& schedule) {
+    for (int64_t t : {1, 2}) {
+      for (CommModel comm : {CommModel::Rendezvous, CommModel::Eager}) {
+        CAPTURE(t);
+        CAPTURE(static_cast<int>(comm));
+        SimulationOptions zb{t, 2 * t, comm, t, t};
+        const SimulationResult result = simulate(schedule, zb);
+        const SimulationResult one_f_one_b = simulate(make_schedule(ScheduleKind::OneFOneB, p, m), zb);
+        REQUIRE_FALSE(result.deadlocked);
+        for (int64_t s = 0; s < p; ++s) {
+          CHECK(result.busy_time[s] == one_f_one_b.busy_time[s]);
+          CHECK(one_f_one_b.idle_time[s] == (p - 1) * 3 * t);
+          if (p > 1) CHECK(result.bubble_fraction[s] < one_f_one_b.bubble_fraction[s]);
+          if (m < p) continue;
+          CHECK(result.idle_time[s] == (p - 1) * (t + t - t));
+          CHECK(result.bubble_fraction[s] ==
+                doctest::Approx(static_cast<double>(p - 1) / static_cast<double>(3 * m + p - 1)).epsilon(1e-12));
+        }
+        if (m >= p) CHECK(result.total_time == 3 * m * t + (p - 1) * t);
+      }
+    }
+  });
+  // Unequal costs: still below 1F1B at the same work (tB + tW = 1F1B's backward).
+  for (int64_t p : {2, 4, 8})
+    for (int64_t m : {p, 2 * p}) {
+      CAPTURE(p);
+      CAPTURE(m);
+      const SimulationResult zb = simulate(make_schedule(ScheduleKind::ZeroBubbleH1, p, m), {1, 3, CommModel::Rendezvous, 2, 1});
+      const SimulationResult base = simulate(make_schedule(ScheduleKind::OneFOneB, p, m), {1, 3, CommModel::Rendezvous});
+      REQUIRE_FALSE(zb.deadlocked);
+      CHECK(zb.busy_time[0] == base.busy_time[0]);
+      CHECK(zb.total_time < base.total_time);
+    }
+}
+
+TEST_CASE("pipeline schedule: the ZB-H1 timeline for p = 4, m = 8") {
+  // As schedule.h draws it, tF = tB = tW = 1: 27 time units against 1F1B's 33 (its backward two).
+  const std::string timeline =
+      format_timeline(simulate(make_schedule(ScheduleKind::ZeroBubbleH1, 4, 8), {1, 2, CommModel::Rendezvous, 1, 1}));
+  CHECK(timeline ==
+        "stage 0: F0 F1 F2 F3 .  .  .  B0 W0 F4 B1 W1 F5 B2 W2 F6 B3 W3 F7 B4 W4 B5 W5 B6 W6 B7 W7\n"
+        "stage 1: .  F0 F1 F2 .  .  B0 F3 B1 W0 F4 B2 W1 F5 B3 W2 F6 B4 W3 F7 B5 W4 B6 W5 B7 W6 W7\n"
+        "stage 2: .  .  F0 F1 .  B0 F2 B1 F3 B2 W0 F4 B3 W1 F5 B4 W2 F6 B5 W3 F7 B6 W4 B7 W5 W6 W7\n"
+        "stage 3: .  .  .  F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 W5 W6 W7\n");
 }
 
 }  // namespace
