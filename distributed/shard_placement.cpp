@@ -34,11 +34,16 @@ std::set<std::string> restrict_to_stage(const std::set<std::string>& names, int6
 void ModelPlacement::add_whole(const std::string& local_name, const std::string& full_name, const Tensor& t,
                                bool is_replicated, int tensor_rank) {
   if (is_replicated) replicated.insert(local_name);
-  if (!is_replicated || tensor_rank == 0) pieces.push_back(ShardPlacement{local_name, full_name, 0, 0, 0, t.size(0)});
+  const ShardPlacement whole{local_name, full_name, 0, 0, 0, t.size(0)};
+  if (!is_replicated || tensor_rank == 0)
+    pieces.push_back(whole);
+  else
+    copies.push_back(whole);
 }
 
 ModelPlacement ModelPlacement::stage(int64_t begin, int64_t end) const {
-  return ModelPlacement{restrict_to_stage(pieces, begin, end), restrict_to_stage(replicated, begin, end)};
+  return ModelPlacement{restrict_to_stage(pieces, begin, end), restrict_to_stage(replicated, begin, end),
+                        restrict_to_stage(copies, begin, end)};
 }
 
 void check_placements(const nn::Module& full, const nn::Module& local, const std::vector<ShardPlacement>& placements,

@@ -38,6 +38,9 @@ struct ShardPlacement {
 struct ModelPlacement {
   std::vector<ShardPlacement> pieces;
   std::set<std::string> replicated;
+  // Where the replicas that another rank places sit (tensor ranks other than 0): not gathered,
+  // but a rank loading its piece from the whole model (distributed/reshard.h) fills them too.
+  std::vector<ShardPlacement> copies;
 
   // A parameter `t` this rank holds whole, at `full_name` of the full model.
   void add_whole(const std::string& local_name, const std::string& full_name, const Tensor& t, bool is_replicated,

@@ -182,13 +182,6 @@ std::map<std::string, fs::path> listed_sections(const Json& meta, const fs::path
   return out;
 }
 
-// A checkpoint written by another number of processes than the one loading it: not a damaged
-// checkpoint to skip, but a job started wrongly, which load_latest reports at once.
-class WorldSizeMismatch : public Error {
- public:
-  using Error::Error;
-};
-
 }  // namespace
 
 void CheckpointManager::prepare_save() const {
@@ -295,6 +288,9 @@ void CheckpointManager::write_part(PendingSave& pending, const std::map<std::str
   Json description = {
       {"format", kFormat}, {"version", kFormatVersion}, {"step", pending.step}, {"rank", group_.rank}};
   description["sections"] = write_sections(mine, sections);
+  // Each rank's own metadata (meta.json holds rank 0's): what a job of another layout needs to
+  // know about this rank's piece (distributed/reshard.h).
+  description["metadata"] = Json::parse(pending.metadata_json);
   write_file_atomically(mine / "rank.json", description.dump(2) + "\n");  // last, as meta.json
   fsync_directory(pending.tmp);
 }
@@ -509,7 +505,9 @@ Checkpoint CheckpointManager::load(int64_t step) const {
   return load_dir(step_dir, step);
 }
 
-std::optional<Checkpoint> CheckpointManager::load_latest() const {
+template <class Loaded>
+std::optional<Loaded> CheckpointManager::find_latest(
+    const std::function<Loaded(const fs::path&, int64_t)>& load) const {
   std::error_code ec;
   if (!fs::is_directory(dir_, ec)) return std::nullopt;
 
@@ -531,7 +529,7 @@ std::optional<Checkpoint> CheckpointManager::load_latest() const {
         note = "'latest' does not name a step directory (it holds \"" + text.substr(0, 64) + "\")";
       } else {
         try {
-          return load_dir(dir_ / text, *latest_step);
+          return load(dir_ / text, *latest_step);
         } catch (const WorldSizeMismatch&) {
           throw;
         } catch (const Error& e) {
@@ -549,7 +547,7 @@ std::optional<Checkpoint> CheckpointManager::load_latest() const {
     if (latest_step && *it == *latest_step) continue;  // already tried, and its failure is in note
     const std::string name = step_dir_name(*it);
     try {
-      Checkpoint c = load_dir(dir_ / name, *it);
+      Loaded c = load(dir_ / name, *it);
       c.note = note + "; loaded " + name + ", the newest complete checkpoint";
       return c;
     } catch (const WorldSizeMismatch&) {
@@ -561,6 +559,51 @@ std::optional<Checkpoint> CheckpointManager::load_latest() const {
   if (candidates.empty() && !fs::exists(latest, ec)) return std::nullopt;  // a fresh run
   LOOM_FAIL("CheckpointManager::load_latest: '", dir_.string(),
             "' holds checkpoints but none is complete: ", note, rejected);
+}
+
+std::optional<Checkpoint> CheckpointManager::load_latest() const {
+  return find_latest<Checkpoint>([this](const fs::path& step_dir, int64_t step) { return load_dir(step_dir, step); });
+}
+
+std::optional<CheckpointParts> CheckpointManager::load_latest_parts() const {
+  return find_latest<CheckpointParts>(
+      [this](const fs::path& step_dir, int64_t step) { return load_dir_parts(step_dir, step); });
+}
+
+CheckpointParts CheckpointManager::load_dir_parts(const fs::path& step_dir, int64_t step) const {
+  const std::string where = "CheckpointManager: '" + step_dir.string() + "': ";
+  const Json meta = read_description(step_dir / kMetaFile, step, where);
+  LOOM_CHECK(meta.contains("metadata"), where, "meta.json has no \"metadata\"");
+  const Json world = meta.value("world_size", Json(1));
+  LOOM_CHECK(world.is_number_integer() && world.get<int64_t>() >= 1, where, "meta.json: invalid world_size ",
+             world.dump());
+  CheckpointParts out;
+  out.step = step;
+  out.path = step_dir;
+  out.metadata = meta["metadata"].dump();
+  auto load_files = [](const std::map<std::string, fs::path>& files) {
+    std::map<std::string, StateDict> sections;
+    for (const auto& [name, file] : files) sections.emplace(name, load_safetensors(file).tensors);
+    return sections;
+  };
+  const int64_t saved_by = world.get<int64_t>();
+  if (saved_by == 1) {
+    out.sections.push_back(load_files(listed_sections(meta, step_dir, where + "meta.json: ", "meta.json")));
+    out.rank_metadata.push_back(out.metadata);
+    return out;
+  }
+  // Every rank's description first (stat only): an incomplete checkpoint is rejected before any
+  // tensor is read.
+  std::vector<std::map<std::string, fs::path>> files;
+  for (int r = 0; r < saved_by; ++r) {
+    const fs::path rank_dir = step_dir / rank_dir_name(r);
+    const std::string rank_where = where + rank_dir_name(r) + "/";
+    const Json description = read_description(rank_dir / "rank.json", step, rank_where);
+    files.push_back(listed_sections(description, rank_dir, rank_where + "rank.json: ", "rank.json"));
+    out.rank_metadata.push_back(description.contains("metadata") ? description["metadata"].dump() : "{}");
+  }
+  for (const auto& rank_files : files) out.sections.push_back(load_files(rank_files));
+  return out;
 }
 
 }  // namespace loom::nn

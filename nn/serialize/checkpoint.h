@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "nn/state_dict.h"
 
 namespace loom::nn {
@@ -55,6 +56,26 @@ struct Checkpoint {
   // Empty when `latest` led here; otherwise why load_latest fell back to this checkpoint
   // ("'latest' is missing; loaded step-00000200, the newest complete checkpoint").
   std::string note;
+};
+
+// Every saving rank's part of one checkpoint, for a job of another layout that reshards it
+// (distributed/reshard.h): part r is what rank r of the saving job wrote.
+struct CheckpointParts {
+  int64_t step = 0;
+  std::vector<std::map<std::string, StateDict>> sections;  // per saving rank: "model", ...
+  // Per saving rank, the metadata JSON it gave save() (its own, not only rank 0's); "{}" for a
+  // checkpoint written before ranks recorded theirs.
+  std::vector<std::string> rank_metadata;
+  std::string metadata;  // rank 0's, as Checkpoint::metadata
+  std::filesystem::path path;
+  std::string note;  // as Checkpoint::note
+};
+
+// load_latest() of a checkpoint saved by another number of processes than the group has: not a
+// damaged checkpoint to skip, but a job started wrongly (or one that must reshard it).
+class WorldSizeMismatch : public Error {
+ public:
+  using Error::Error;
 };
 
 // The job whose ranks save checkpoints together (see the header comment). The default is a
@@ -105,6 +126,11 @@ class CheckpointManager {
   // says how many. Every rank reads the same files, so all reach the same checkpoint.
   std::optional<Checkpoint> load_latest() const;
 
+  // The checkpoint load_latest() would choose, whatever number of processes saved it, with every
+  // saving rank's sections and metadata: what a job of another layout reads to reshard it. Reads
+  // every rank's files (each rank of the loading job does: no collective is needed).
+  std::optional<CheckpointParts> load_latest_parts() const;
+
   // The checkpoint of one step; throws loom::Error (naming the file and the problem) if it
   // is missing or incomplete.
   Checkpoint load(int64_t step) const;
@@ -143,6 +169,12 @@ class CheckpointManager {
 
  private:
   Checkpoint load_dir(const std::filesystem::path& step_dir, int64_t step) const;
+  CheckpointParts load_dir_parts(const std::filesystem::path& step_dir, int64_t step) const;
+  // load_latest's choice of checkpoint (`latest`, else the newest complete one), read by `load`;
+  // `note` says why it fell back.
+  template <class Loaded>
+  std::optional<Loaded> find_latest(
+      const std::function<Loaded(const std::filesystem::path&, int64_t)>& load) const;
   // all_ok over the group (the flag itself for a single process).
   bool agree(bool ok) const;
   std::string failed_elsewhere(int64_t step) const;

@@ -41,6 +41,7 @@
 #include "distributed/ddp.h"
 #include "distributed/mesh.h"
 #include "distributed/pipeline/pipeline.h"
+#include "distributed/reshard.h"
 #include "distributed/shard_placement.h"
 #include "distributed/tensor_parallel/gpt.h"
 #include "distributed/zero.h"
@@ -137,6 +138,12 @@ class Parallelism {
   // The whole model's state dict, single-process keys, assembled from every rank's piece on
   // every rank (collective: an all-reduce per tensor). Only needed when sharded().
   nn::StateDict full_state_dict();
+
+#if LOOM_TRAIN_WITH_MPI
+  // This rank's piece as data (distributed/reshard.h): what a checkpoint records so that a job of
+  // another layout can load it.
+  distributed::RankLayout layout() const;
+#endif
 
   // The checkpoint group of this job (nn::CheckpointManager).
   nn::CheckpointGroup checkpoint_group();

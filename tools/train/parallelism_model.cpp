@@ -164,8 +164,9 @@ void Parallelism::build_mlp(const nn::Sequential& full_mlp) {
   distributed::SplitSequential split =
       distributed::split_linear_layers(flat, mesh_->tensor_group_ptr(), distributed::LastLinear::Gathered);
   placement_ = split.placement;
-  for (distributed::ShardPlacement& p : placement_.pieces)
-    p.full_name = distributed::stage_parameter_name(p.full_name, 1, static_cast<int64_t>(flat.size()));
+  for (auto* placements : {&placement_.pieces, &placement_.copies})
+    for (distributed::ShardPlacement& p : *placements)
+      p.full_name = distributed::stage_parameter_name(p.full_name, 1, static_cast<int64_t>(flat.size()));
   if (options_.pp == 1) {
     local_ = split.net;
     return;
@@ -246,6 +247,10 @@ void Parallelism::build_gpt_tensor_pipeline(const nn::GPT& full_gpt) {
     placement_.pieces.push_back(piece);
   }
   for (const std::string& name : split.replicated) placement_.replicated.insert(net_name(name));
+  for (distributed::ShardPlacement copy : split.copies) {
+    copy.local_name = net_name(copy.local_name);
+    placement_.copies.push_back(copy);
+  }
   tied_copies_.insert(head + ".tok.weight");  // the first stage places the embedding
   tied_weight_ = split_gpt_->tok->weight;
   vocab_begin_ = split_gpt_->tok->vocab_begin();
@@ -288,6 +293,24 @@ void Parallelism::tie_gradients() {
   distributed::sum_tied_gradient(tied_weight_, holds, mesh_->pipeline_group());
 #endif
 }
+
+#if LOOM_TRAIN_WITH_MPI
+distributed::RankLayout Parallelism::layout() const {
+  distributed::RankLayout out;
+  for (const auto& [name, p] : local_->named_parameters()) {
+    distributed::LocalParameter param{name, p.sizes().vec(), {}};
+    if (!sharded()) param.pieces.push_back({name, name, 0, 0, 0, p.size(0)});
+    for (const auto* placements : {&placement_.pieces, &placement_.copies})
+      for (const distributed::ShardPlacement& piece : *placements)
+        if (sharded() && piece.local_name == name) param.pieces.push_back(piece);
+    // The tied head's copy of the token embedding: this rank's vocabulary rows of it.
+    if (tied_copies_.count(name)) param.pieces.push_back({name, "tok.weight", 0, vocab_begin_, 0, p.size(0)});
+    out.parameters.push_back(std::move(param));
+  }
+  if (zero_) out.zero_shard = std::pair{zero_->shard_begin(), zero_->shard_end()};
+  return out;
+}
+#endif
 
 nn::StateDict Parallelism::full_state_dict() {
   if (!sharded()) return local_->state_dict();

@@ -76,6 +76,7 @@ class Trainer {
   void make_loaders();
   void make_model();
   void resume();
+  nn::Checkpoint resharded_checkpoint();
   void open_run_dir();
   void print_header();
   bool train_epoch();  // false when the run stops
@@ -209,15 +210,21 @@ void Trainer::make_model() {
 }
 
 void Trainer::resume() {
-  std::optional<nn::Checkpoint> latest = checkpoints_->load_latest();
+  std::optional<nn::Checkpoint> latest;
+  bool resharded = false;
+  try {
+    latest = checkpoints_->load_latest();
+  } catch (const nn::WorldSizeMismatch&) {
+    latest = resharded_checkpoint();  // written by a job of another number of ranks
+    resharded = true;
+  }
   if (!latest) fail("--resume " + o_.resume + ": no checkpoint there to resume from");
+  json meta = json::parse(latest->metadata, nullptr, false);
+  // A checkpoint holds each rank's piece: another layout's pieces are cut anew.
+  if (!resharded && !meta.is_discarded() && meta.contains("mesh") && meta["mesh"] != mesh_)
+    latest = resharded_checkpoint();
   if (!latest->note.empty()) out_ << "train: " << latest->note << "\n";
   const auto& s = latest->sections;
-  json meta = json::parse(latest->metadata, nullptr, false);
-  // A checkpoint holds each rank's piece: it fits only the same cut of the model.
-  if (!meta.is_discarded() && meta.contains("mesh") && meta["mesh"] != mesh_)
-    fail("--resume " + o_.resume + ": the checkpoint was written by a job of " + meta["mesh"].dump() +
-         ", this one is " + mesh_.dump() + "; resume with the same --dp, --tp, --pp and --zero");
   job_.local().load_state_dict(s.at("model"));
   optimizer_->load_state_dict(s.at("optimizer"));
   if (schedule_) schedule_->load_state_dict(s.at("schedule"));
@@ -239,6 +246,52 @@ void Trainer::resume() {
          " on a file system every rank sees?");
   if (job_.main()) truncate_metrics(fs::path(o_.out) / kMetricsFile, step_);
   out_ << "train: resuming " << o_.out << " at step " << step_ << " (epoch " << at.epoch + 1 << ")\n";
+}
+
+// The latest checkpoint of a job of another layout, as this rank's sections (docs/checkpoints.md,
+// "Resharding"): the model and optimizer state gathered whole from every saving rank's files and
+// cut to this rank's piece (distributed/reshard.h); the schedule, the loss scaler and the random
+// generator of saving rank 0; its loader position moved to the batch at which as many of the
+// epoch's examples were read with this job's global batch.
+nn::Checkpoint Trainer::resharded_checkpoint() {
+#if LOOM_TRAIN_WITH_MPI
+  std::optional<nn::CheckpointParts> parts = checkpoints_->load_latest_parts();
+  if (!parts) fail("--resume " + o_.resume + ": no checkpoint there to resume from");
+  const json meta = json::parse(parts->metadata, nullptr, false);
+  const json saved_mesh = meta.is_object() ? meta.value("mesh", json()) : json();
+  const std::string layouts = "the checkpoint " + parts->path.string() + " was written by a job of " +
+                              (saved_mesh.is_null() ? std::to_string(parts->sections.size()) + " ranks" : saved_mesh.dump()) +
+                              ", this one is " + mesh_.dump();
+  try {
+    const json saved = meta.is_object() ? meta.value("options", json::object()) : json::object();
+    const json mine = to_json(o_);
+    // FSDP's pieces are layers' parameters sharded flat over the replicas: no layout records them yet.
+    if (saved_mesh.value("zero", 0) == 3 || o_.zero == 3) fail("--zero 3 checkpoints are not resharded yet");
+    for (const char* same : {"model", "optimizer"})
+      if (saved.contains(same) && saved[same] != mine[same])
+        fail("it trained --" + std::string(same) + " " + saved[same].get<std::string>() + ", this job --" + same +
+             " " + mine[same].get<std::string>());
+    distributed::RankTrainingState state =
+        distributed::reshard_checkpoint(*parts, job_.layout(), distributed::full_shapes_of(job_.full().state_dict()));
+    nn::Checkpoint out{.step = parts->step, .sections = parts->sections.front(), .metadata = parts->metadata,
+                       .path = parts->path, .note = parts->note};
+    out.sections["model"] = std::move(state.model);
+    out.sections["optimizer"] = std::move(state.optimizer);
+    // Batch k of the saving job's replicas together was examples [k·D·b, (k+1)·D·b) of the
+    // epoch's order, which every data-parallel size shares (make_loaders).
+    data::LoaderState at = data::LoaderState::from_map(nn::counters_from_state_dict(out.sections.at("loader")));
+    const int64_t saved_global_batch = saved_mesh.value("dp", int64_t{1}) * saved.value("batch", o_.batch);
+    at.batch = distributed::resharded_batch(at.batch, saved_global_batch, o_.dp * o_.batch);
+    out.sections["loader"] = nn::counters_to_state_dict(at.to_map());
+    out_ << "train: " << layouts << ": resharded\n";
+    return out;
+  } catch (const Error& e) {
+    fail("--resume " + o_.resume + ": " + layouts + ", and it cannot be resharded: " + e.what());
+  }
+#else
+  fail("--resume " + o_.resume + ": the checkpoint was written by a job of another layout; this train was built "
+       "without MPI, which resharding needs");
+#endif
 }
 
 // Rank 0 alone writes the run directory; the others learn whether it could.
@@ -435,6 +488,9 @@ void Trainer::save() {
   if (o_.amp == AmpMode::kFp16) sections.emplace("scaler", scaler_->state_dict());
   json meta{{"step", step_}, {"epoch", loader_->state().epoch}, {"time_s", elapsed()}, {"mesh", mesh_},
             {"options", to_json(o_)}};
+#if LOOM_TRAIN_WITH_MPI
+  meta[distributed::kLayoutMetadataKey] = json::parse(distributed::rank_layout_to_json(job_.layout()));
+#endif
   maybe_arm_io_fault(fault_, step_);
   try {
     if (async_checkpoints_)
@@ -492,6 +548,15 @@ std::optional<PipelineReport> Trainer::finish() {
     if (job_.main()) model_->load_state_dict(whole);
   }
   std::optional<PipelineReport> pipeline = job_.pipeline_report();
+  // --zero 3: the parameters gathered on every rank (collective) while the file is written.
+  std::shared_ptr<void> whole = job_.whole_model();
+  if (const auto t = job_.sharded_timings(); t && job_.main()) {
+    std::ostringstream line;
+    line << std::fixed << std::setprecision(3) << "train: FSDP waited " << t->gather_wait_seconds
+         << " s for all-gathers (" << t->prefetched << " of " << t->gathers << " posted ahead) and "
+         << t->reduce_seconds << " s in reduce-scatters (rank 0)\n";
+    out_ << line.str();
+  }
   if (job_.main()) {
     // The trained model on its own, for tools/quantize, a distillation teacher or inference:
     // architecture and input normalisation in the metadata, so the file is all they need.
