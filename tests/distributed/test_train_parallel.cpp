@@ -10,13 +10,14 @@
  * its logged losses and its validation loss, up to float32 reassociation.
  *
  *   np2: tp 2; pp 2 (GPipe and 1F1B); tp 2 and pp 2 with --clip (the norm over the whole model);
- *        pp 2 with --grad-accum 2; zero 1 and 2 over dp 2; a GPT with tp 2 and with pp 2.
+ *        pp 2 with --grad-accum 2; zero 1, 2 and 3 over dp 2 (zero 3 also without prefetch,
+ *        with --clip and with --grad-accum 2); a GPT with tp 2, with pp 2 and with zero 3.
  *   np4: dp 2 x tp 2 (also with --clip, and with --grad-accum 2), tp 2 x pp 2, dp 2 x pp 2
- *        (1F1B); zero 1 and 2 over dp 4, and dp 2 x tp 2 with zero 1; a GPT with tp 4, pp 4,
+ *        (1F1B); zero 1, 2 and 3 over dp 4, and dp 2 x tp 2 with zero 1; a GPT with tp 4, pp 4, zero 3,
  *        and dp 2 x pp 2 (GPipe; the tied embedding on the first and last stages).
  *   The pipeline runs write their --trace and a {"kind":"pipeline"} metrics line.
  *   Both: a run stopped mid-epoch and resumed ends bit-identical to one never stopped, for a
- *   tensor-parallel, a pipeline and a ZeRO-2 configuration; and each combination that cannot
+ *   tensor-parallel, a pipeline, a ZeRO-2 and a ZeRO-3 configuration; and each combination that cannot
  *   run is an InputError naming the problem and the fix.
  */
 #include <doctest/doctest.h>
@@ -159,10 +160,11 @@ struct Mesh {
   int64_t zero = 0;
   double clip = 0;  // small enough to clip every step: the norm must be the whole model's
   int64_t grad_accum = 1;
+  bool prefetch = true;  // --zero 3
   std::string name() const {
     return "dp" + std::to_string(dp) + "_tp" + std::to_string(tp) + "_pp" + std::to_string(pp) + "_" +
            std::string(train::to_string(schedule)) + "_zero" + std::to_string(zero) +
-           (clip > 0 ? "_clip" : "") + "_accum" + std::to_string(grad_accum);
+           (clip > 0 ? "_clip" : "") + "_accum" + std::to_string(grad_accum) + (prefetch ? "" : "_noprefetch");
   }
 };
 
@@ -173,6 +175,7 @@ train::TrainOptions with_mesh(train::TrainOptions o, const Mesh& m) {
   o.zero = m.zero;
   o.clip = m.clip;
   o.grad_accum = m.grad_accum;
+  o.no_prefetch = !m.prefetch;
   if (m.pp > 1) {
     o.microbatches = 2;
     o.pipeline_schedule = m.schedule;
@@ -255,9 +258,15 @@ TEST_CASE("train --tp / --pp on the mlp equals one process") {
                                               .clip = 0.5}});
 }
 
-TEST_CASE("train --zero 1 and 2 equal data parallelism with DDP") {
+TEST_CASE("train --zero 1, 2 and 3 equal data parallelism with DDP") {
   const int n = test::world()->size();
-  std::vector<Mesh> meshes{{.dp = n, .zero = 0}, {.dp = n, .zero = 1}, {.dp = n, .zero = 2}};
+  std::vector<Mesh> meshes{{.dp = n, .zero = 0},
+                           {.dp = n, .zero = 1},
+                           {.dp = n, .zero = 2},
+                           {.dp = n, .zero = 3},
+                           {.dp = n, .zero = 3, .prefetch = false},
+                           {.dp = n, .zero = 3, .clip = 0.5},  // the norm over every rank's shard
+                           {.dp = n, .zero = 3, .grad_accum = 2}};
   if (n == 4) meshes.push_back({.dp = 2, .tp = 2, .zero = 1});
   check_meshes_against_one_process("zero", meshes);
 }
@@ -272,7 +281,7 @@ TEST_CASE("train --tp / --pp on a GPT equals one process, and model.safetensors 
   if (n == 8) {  // 3-D: a quarter of one stage of one replica per rank
     meshes = {{.dp = 2, .tp = 2, .pp = 2}};
   } else {
-    meshes = {{.tp = n}, {.pp = n}};
+    meshes = {{.tp = n}, {.pp = n}, {.dp = n, .zero = 3}};  // zero 3: the head's weight tied to the embedding
     if (n == 4) {
       meshes.push_back({.dp = 2, .pp = 2, .schedule = train::PipelineSchedule::kGPipe});
       meshes.push_back({.tp = 2, .pp = 2});  // each pipeline stage split over its tensor group
@@ -309,7 +318,8 @@ TEST_CASE("train --tp / --pp: a run resumed mid-epoch ends bit-identical to one 
   const int n = world->size();
   fs::path dir = shared_scratch("resume");
   fs::path data = tiny_images(dir);
-  for (Mesh m : {Mesh{.dp = n / 2, .tp = 2}, Mesh{.dp = n / 2, .pp = 2}, Mesh{.dp = n, .zero = 2}}) {
+  for (Mesh m : {Mesh{.dp = n / 2, .tp = 2}, Mesh{.dp = n / 2, .pp = 2}, Mesh{.dp = n, .zero = 2},
+                 Mesh{.dp = n, .zero = 3}}) {
     CAPTURE(m.name());
     // 3 steps: mid-epoch at every dp here (8, 4 or 2 steps per epoch).
     test::check_resumed_equals_whole([](const train::TrainOptions& t) { return run(t).steps; },
@@ -354,6 +364,19 @@ TEST_CASE("train --tp / --pp: combinations that cannot run are input errors nami
   tail.microbatches = 3;
   CHECK(input_error(tail).find("--microbatches 3 does not divide the epoch's last batch") !=
         std::string::npos);
+
+  // --zero 3 shards whole layers over the data group: not with --tp, and not a model that is no
+  // sequence of layers.
+  train::TrainOptions fsdp_tp = mlp_options(data, dir / "fsdp-tp");
+  fsdp_tp.dp = n / 2;
+  fsdp_tp.tp = 2;
+  fsdp_tp.zero = 3;
+  CHECK(input_error(fsdp_tp).find("--zero 3 with --tp/--pp") != std::string::npos);
+  train::TrainOptions fsdp_cnn = mlp_options(data, dir / "fsdp-cnn");
+  fsdp_cnn.model = train::ModelKind::kCnn;
+  fsdp_cnn.dp = n;
+  fsdp_cnn.zero = 3;
+  CHECK(input_error(fsdp_cnn).find("--model cnn has no layer-by-layer form") != std::string::npos);
 
   // A checkpoint holds each rank's piece: resuming it with another cut of the model is refused.
   train::TrainOptions first = mlp_options(data, dir / "recut");

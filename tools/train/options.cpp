@@ -276,8 +276,11 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
   parallel
       ->add_option("--zero", o.zero,
                    "ZeRO stage over the data-parallel ranks: 1 shards the optimizer state, 2 also the "
-                   "gradients (0: off)")
-      ->check(CLI::Range(0, 2));
+                   "gradients, 3 also the parameters (FSDP: each layer gathered while it computes; 0: off)")
+      ->check(CLI::Range(0, 3));
+  parallel->add_flag("--no-prefetch", o.no_prefetch,
+                     "--zero 3: gather each layer's parameters only when it starts, instead of while the layer "
+                     "before it computes (to measure what the prefetch saves)");
   parallel
       ->add_option("--collective-timeout", o.collective_timeout,
                    "Seconds a collective may wait for the other ranks before the job fails")
@@ -365,7 +368,7 @@ void validate_parallelism(const TrainOptions& o) {
   const bool mlp = o.model == ModelKind::kMlp, gpt = o.model == ModelKind::kGpt;
   if (o.dp < 1 || o.tp < 1 || o.pp < 1 || o.microbatches < 1)
     fail("--dp, --tp, --pp and --microbatches must be at least 1");
-  if (o.zero < 0 || o.zero > 2) fail("--zero " + std::to_string(o.zero) + ": the ZeRO stages are 0, 1 and 2");
+  if (o.zero < 0 || o.zero > 3) fail("--zero " + std::to_string(o.zero) + ": the ZeRO stages are 0, 1, 2 and 3");
   if (o.collective_timeout <= 0) fail("--collective-timeout must be a positive number of seconds");
   if (o.tp > 1 && !mlp && !gpt)
     fail("--tp " + tp + ": --model " + model +
@@ -418,10 +421,22 @@ void validate_parallelism(const TrainOptions& o) {
       fail("--teacher with " + flags + ": distillation is supported with --dp only; drop --teacher or " +
            flags);
   }
+  if (o.no_prefetch && o.zero != 3)
+    fail("--no-prefetch turns off the parameter prefetch of --zero 3; it does nothing without it");
   if (o.zero > 0) {
     const std::string zero = "--zero " + std::to_string(o.zero);
+    if (o.zero == 3) {
+      if (o.tp > 1 || o.pp > 1)
+        fail("--zero 3 with --tp/--pp: FSDP shards whole layers over the data-parallel ranks; with tensor or "
+             "pipeline parallelism use --zero 1 or 2");
+      if (!mlp && !gpt)
+        fail("--zero 3: --model " + model +
+             " has no layer-by-layer form to shard (--zero 3 works with --model mlp and gpt); use --zero 2");
+      if (gpt && o.dropout > 0)
+        fail("--zero 3 with --dropout: the sharded GPT's layers have no dropout; use --dropout 0");
+    }
     if (o.dp < 2) fail(zero + " shards the optimizer over the data-parallel ranks: it needs --dp 2 or more");
-    if (o.clip > 0)
+    if (o.clip > 0 && o.zero < 3)
       fail(zero +
            " with --clip: ZeRO averages the gradients inside its step, after clipping would need "
            "them; drop --clip or use --zero 0");
@@ -473,6 +488,7 @@ nlohmann::json to_json(const TrainOptions& o) {
     j["pipeline-schedule"] = to_string(o.pipeline_schedule);
   }
   if (o.zero != 0) j["zero"] = o.zero;
+  if (o.no_prefetch) j["no-prefetch"] = true;
   if (o.collective_timeout != 300) j["collective-timeout"] = o.collective_timeout;
   if (o.train_examples != 0) j["train-examples"] = o.train_examples;
   if (o.windows != TextWindows::kBlocks) {

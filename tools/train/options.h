@@ -89,7 +89,8 @@ struct TrainOptions {
   int64_t pp = 1;                          // pipeline stages per replica (mlp, gpt)
   int64_t microbatches = 1;                // --pp: micro-batches each loader batch is cut into
   PipelineSchedule pipeline_schedule = PipelineSchedule::kOneFOneB;  // --pp
-  int64_t zero = 0;                        // ZeRO stage over the data-parallel ranks: 0, 1, 2
+  int64_t zero = 0;                        // ZeRO stage over the data-parallel ranks: 0, 1, 2, 3 (FSDP)
+  bool no_prefetch = false;                // --zero 3: no all-gather posted ahead
   double collective_timeout = 300;         // seconds before a stuck collective fails the job
   // Knowledge distillation from a trained model file (quant/distill.h).
   std::string teacher;

@@ -188,7 +188,7 @@ nn::CheckpointGroup Parallelism::checkpoint_group() {
 void Parallelism::make_optimizer(const OptimizerFactory& make) {
   std::vector<Tensor> params = local_->parameters();
 #if LOOM_TRAIN_WITH_MPI
-  if (options_.zero > 0) {
+  if (options_.zero == 1 || options_.zero == 2) {
     zero_ = std::make_unique<distributed::ZeroOptimizer>(
         params, mesh_->data_group_ptr(), static_cast<int>(options_.zero),
         [make](std::vector<Tensor> shard) { return make(std::move(shard)); });
@@ -301,6 +301,10 @@ void Parallelism::step(nn::GradScaler& scaler, double clip) {
     scaler.unscale_(*optimizer_);  // clip the true gradients, not the scaled ones
     if (sharded())
       clip_global_norm(clip);
+#if LOOM_TRAIN_WITH_MPI
+    else if (fsdp_)  // each rank holds a shard of the averaged gradient: the norm sums them all
+      distributed::clip_grad_norm_across(local_->parameters(), local_->parameters(), clip, {&mesh_->data_group()});
+#endif
     else
       nn::clip_grad_norm_(local_->parameters(), clip);
   }
@@ -328,6 +332,10 @@ Eval Parallelism::evaluate(data::DataLoader& loader, bool tokens, std::optional<
       total = evaluate_tensor_parallel(loader, tokens);
     else
 #endif
+    {
+      // --zero 3: the whole model for the evaluation, so that no batch needs a collective (the
+      // ranks' shards of the data may have different numbers of batches).
+      std::shared_ptr<void> whole = whole_model();
       for (data::Batch& batch : loader) {
         Tensor output;
         {
@@ -336,6 +344,7 @@ Eval Parallelism::evaluate(data::DataLoader& loader, bool tokens, std::optional<
         }
         add(total, score(output, batch.target, tokens));
       }
+    }
   }
   local_->train();
   return counts_evaluation() ? total : Eval{};

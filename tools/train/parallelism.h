@@ -15,6 +15,12 @@
  *          of one replica read the same batch. Gradients are averaged over the data group: by
  *          DDP during backward when the model is whole (tp = pp = 1, no --zero), after the
  *          step's backwards otherwise, or inside ZeroOptimizer with --zero 1|2.
+ *   --zero 3  FullyShardedDataParallel (distributed/zero3.h) over the data group: the model as a
+ *          sequence of layers (mlp: its own; gpt: [embedding, blocks, head], the head's weight tied
+ *          to the embedding), each rank keeping 1/dp of every layer's parameters, gathering a
+ *          layer while it computes (the next one prefetched), and reduce-scattering its gradients
+ *          in backward. local() is the sharded module, so checkpoints hold the shards; evaluation
+ *          and model.safetensors see the whole model, gathered for them (whole_model()).
  *
  * A single process (N = 1) never touches MPI; collectives on it are no-ops, so the training
  * loop calls them unconditionally. docs/train.md shows the flags, docs/parallelism.md the
@@ -22,6 +28,7 @@
  */
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -45,6 +52,7 @@
 #include "distributed/shard_placement.h"
 #include "distributed/tensor_parallel/gpt.h"
 #include "distributed/zero.h"
+#include "distributed/zero3.h"
 #endif
 
 namespace loom::train {
@@ -139,6 +147,21 @@ class Parallelism {
   // every rank (collective: an all-reduce per tensor). Only needed when sharded().
   nn::StateDict full_state_dict();
 
+  // --zero 3: full() holds its parameters only while gathered. Gathers them on every rank until
+  // the returned handle goes (collective); without --zero 3 the model is whole and it does
+  // nothing.
+  std::shared_ptr<void> whole_model();
+  // --zero 3: the gathers and reduce-scatters this rank waited for (nullopt otherwise).
+  struct ShardedTimings {
+    double gather_wait_seconds = 0, reduce_seconds = 0;
+    int64_t gathers = 0, prefetched = 0;
+  };
+  std::optional<ShardedTimings> sharded_timings() const;
+  // --zero 3: called with every wait on a gather or reduce-scatter (for the trace).
+  using CommSpanObserver = std::function<void(const std::string& name, std::chrono::steady_clock::time_point begin,
+                                              std::chrono::steady_clock::time_point end, int64_t bytes)>;
+  void observe_communication(CommSpanObserver observer);
+
 #if LOOM_TRAIN_WITH_MPI
   // This rank's piece as data (distributed/reshard.h): what a checkpoint records so that a job of
   // another layout can load it.
@@ -163,6 +186,7 @@ class Parallelism {
   void build_gpt(const nn::GPT& full_gpt);
   void build_gpt_pipeline(nn::GPT& full_gpt);
   void build_gpt_tensor_pipeline(const nn::GPT& full_gpt);  // --tp and --pp together
+  void build_fully_sharded();                                // --zero 3
   void check_gpt_vocabulary_divides(const nn::GPT& full_gpt) const;
   // Makes this rank's stage of `net` (pipeline stages of about equal `costs`, one per layer)
   // local_, renaming the pieces to the stage's names and dropping the other stages'.
@@ -197,6 +221,7 @@ class Parallelism {
   std::unique_ptr<distributed::DeviceMesh> mesh_;
   std::shared_ptr<distributed::DistributedDataParallel> ddp_;
   std::unique_ptr<distributed::ZeroOptimizer> zero_;
+  std::shared_ptr<distributed::FullyShardedDataParallel> fsdp_;  // --zero 3
   std::shared_ptr<distributed::TensorParallelGPT> tp_gpt_;
   // gpt with --tp and --pp: the whole split GPT, whose layers of this stage local_ holds.
   std::shared_ptr<distributed::TensorParallelGPT> split_gpt_;

@@ -103,6 +103,10 @@ void Parallelism::build(std::shared_ptr<nn::Module> full) {
   if (!sharded()) {
     local_ = full_;
 #if LOOM_TRAIN_WITH_MPI
+    if (options_.zero == 3) {
+      build_fully_sharded();
+      return;
+    }
     // DDP broadcasts rank 0's parameters (collective) and averages the gradients in backward.
     if (options_.dp > 1 && options_.zero == 0) {
       ddp_ = std::make_shared<distributed::DistributedDataParallel>(local_, mesh_->data_group_ptr());
@@ -283,6 +287,60 @@ void Parallelism::build_gpt_pipeline(nn::GPT& full_gpt) {
   cut_pipeline(net, distributed::pipeline::layer_counts(*net));
 #else
   (void)full_gpt;
+#endif
+}
+
+void Parallelism::build_fully_sharded() {
+#if LOOM_TRAIN_WITH_MPI
+  std::shared_ptr<nn::Sequential> layers;
+  if (auto* gpt = dynamic_cast<nn::GPT*>(full_.get())) {
+    LOOM_CHECK(gpt->config().tie_weights && gpt->config().dropout == 0.0,
+               "train --zero 3: expected a GPT with tied weights and no dropout");
+    // The pipeline's layers: FSDP ties the head's weight to the embedding's (its first user).
+    layers = std::make_shared<nn::Sequential>();
+    layers->push_back(std::make_shared<GptEmbedding>(*gpt));
+    for (size_t b = 0; b < gpt->blocks.size(); ++b) layers->push_back(gpt->blocks.ptr(b));
+    layers->push_back(std::make_shared<GptHead>(*gpt));
+  } else {
+    auto mlp = std::dynamic_pointer_cast<nn::Sequential>(full_);
+    LOOM_CHECK(mlp != nullptr, "train --zero 3: expected a model made of a sequence of layers");
+    // nn::MLP's forward flattens the images itself; its layers on their own need a Flatten.
+    layers = std::make_shared<nn::Sequential>();
+    layers->push_back(std::make_shared<nn::Flatten>());
+    for (size_t i = 0; i < mlp->size(); ++i) layers->push_back(mlp->ptr(static_cast<int64_t>(i)));
+  }
+  // Collective: broadcasts rank 0's parameters, then frees all but this rank's shards.
+  fsdp_ = std::make_shared<distributed::FullyShardedDataParallel>(layers, mesh_->data_group_ptr());
+  fsdp_->set_prefetch(!options_.no_prefetch);
+  local_ = fsdp_;
+#endif
+}
+
+std::shared_ptr<void> Parallelism::whole_model() {
+#if LOOM_TRAIN_WITH_MPI
+  if (fsdp_) return std::make_shared<distributed::FullParameters>(*fsdp_);
+#endif
+  return nullptr;
+}
+
+std::optional<Parallelism::ShardedTimings> Parallelism::sharded_timings() const {
+#if LOOM_TRAIN_WITH_MPI
+  if (fsdp_) {
+    const auto t = fsdp_->timings();
+    return ShardedTimings{.gather_wait_seconds = t.gather_wait_seconds,
+                          .reduce_seconds = t.reduce_seconds,
+                          .gathers = t.gathers,
+                          .prefetched = t.prefetched};
+  }
+#endif
+  return std::nullopt;
+}
+
+void Parallelism::observe_communication(CommSpanObserver observer) {
+#if LOOM_TRAIN_WITH_MPI
+  if (fsdp_) fsdp_->set_span_observer(std::move(observer));
+#else
+  (void)observer;
 #endif
 }
 

@@ -67,6 +67,25 @@ Trace::Scope::~Scope() {
   }
 }
 
+void Trace::span(std::string name, std::string category, std::chrono::steady_clock::time_point begin,
+                 std::chrono::steady_clock::time_point end, std::string arg_key, double value) {
+  if (!enabled_) return;
+  auto us_since_start = [this](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::micro>(t - start_).count();
+  };
+  std::lock_guard lock(mutex_);
+  Event e;
+  e.ph = 'X';
+  e.name = std::move(name);
+  e.category = std::move(category);
+  e.ts_us = us_since_start(begin);
+  e.dur_us = us_since_start(end) - e.ts_us;
+  e.arg_key = std::move(arg_key);
+  e.value = value;
+  e.tid = tid_locked();
+  events_.push_back(std::move(e));
+}
+
 void Trace::counter(const std::string& name, double value) {
   if (!enabled_ || !std::isfinite(value)) return;
   double ts = now_us();
@@ -113,6 +132,7 @@ void Trace::write() const {
           j["cat"] = e.category.empty() ? "train" : e.category;
           j["ts"] = e.ts_us;
           j["dur"] = e.dur_us;
+          if (!e.arg_key.empty()) j["args"] = {{e.arg_key, e.value}};
           break;
         case 'C':
           j["ts"] = e.ts_us;

@@ -58,6 +58,11 @@ class Trace {
     Trace& trace_;
   };
 
+  // A span on the calling thread that was timed elsewhere (a collective's wait, reported when it
+  // ended), with one numeric argument when arg_key is not empty: {"bytes": 4096}.
+  void span(std::string name, std::string category, std::chrono::steady_clock::time_point begin,
+            std::chrono::steady_clock::time_point end, std::string arg_key = {}, double value = 0);
+
   // A counter sample ("C" event): one track per name in the viewers. Non-finite values are
   // dropped (JSON has no NaN; the viewer would reject the whole file).
   void counter(const std::string& name, double value);
@@ -84,8 +89,8 @@ class Trace {
     std::string name, category;
     double ts_us = 0, dur_us = 0;
     int tid = 0;
-    std::string arg_key;  // "C": the series name; "M": "name"
-    double value = 0;     // "C"
+    std::string arg_key;  // "C": the series name; "M": "name"; "X": its argument's, if any
+    double value = 0;     // "C", "X"
     std::string text;     // "M": the thread or process name
   };
 

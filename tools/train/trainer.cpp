@@ -15,6 +15,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -138,6 +139,9 @@ void Trainer::setup() {
   d_.train = with_loader_fault(fault_, d_.train);
   make_loaders();
   make_model();
+  job_.observe_communication([this](const std::string& name, auto begin, auto end, int64_t bytes) {
+    trace_->span(name, "communication", begin, end, "bytes", static_cast<double>(bytes));
+  });
   // An optimizer step takes --grad-accum batches; an epoch's last step may take fewer.
   batches_per_epoch_ = loader_->num_batches();
   steps_per_epoch_ = (batches_per_epoch_ + o_.grad_accum - 1) / o_.grad_accum;
