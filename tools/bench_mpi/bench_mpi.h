@@ -49,6 +49,7 @@ double time_collective(distributed::ProcessGroup& world, const std::function<voi
 std::vector<DistributedCase> collective_cases();  // collective_cases.cpp: allreduce
 std::vector<DistributedCase> ddp_cases();         // ddp_cases.cpp: ddp_mlp_train
 std::vector<DistributedCase> pipeline_cases();    // pipeline_cases.cpp: pipeline_bubble
+std::vector<DistributedCase> fsdp_cases();        // fsdp_cases.cpp: fsdp_prefetch
 
 const std::vector<DistributedCase>& all_cases();
 

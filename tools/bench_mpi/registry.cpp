@@ -58,7 +58,7 @@ double time_collective(distributed::ProcessGroup& world, const std::function<voi
 const std::vector<DistributedCase>& all_cases() {
   static const std::vector<DistributedCase> cases = [] {
     std::vector<DistributedCase> all;
-    for (auto file : {collective_cases, ddp_cases, pipeline_cases}) {
+    for (auto file : {collective_cases, ddp_cases, pipeline_cases, fsdp_cases}) {
       std::vector<DistributedCase> c = file();
       all.insert(all.end(), c.begin(), c.end());
     }
