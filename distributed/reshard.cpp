@@ -146,6 +146,21 @@ void place(const std::function<Partial&(const std::string&)>& whole, const Parti
 
 }  // namespace
 
+RankLayout rank_layout(const nn::Module& local, const ModelPlacement& placement,
+                       std::optional<std::pair<int64_t, int64_t>> zero_shard) {
+  RankLayout out{.parameters = {}, .zero_shard = zero_shard};
+  const bool whole = placement.pieces.empty() && placement.copies.empty();
+  for (const auto& [name, p] : local.named_parameters()) {
+    LocalParameter param{name, p.sizes().vec(), {}};
+    if (whole) param.pieces.push_back({name, name, 0, 0, 0, p.dim() > 0 ? p.size(0) : 1});
+    for (const auto* placements : {&placement.pieces, &placement.copies})
+      for (const ShardPlacement& piece : *placements)
+        if (piece.local_name == name) param.pieces.push_back(piece);
+    out.parameters.push_back(std::move(param));
+  }
+  return out;
+}
+
 std::string rank_layout_to_json(const RankLayout& layout) {
   Json parameters = Json::array();
   for (const LocalParameter& param : layout.parameters) {
@@ -180,6 +195,14 @@ RankLayout rank_layout_from_json(const std::string& text) {
   return layout;
 }
 
+RankLayout rank_layout_from_metadata(const std::string& rank_metadata) {
+  const Json meta = Json::parse(rank_metadata, nullptr, false);
+  LOOM_CHECK(meta.is_object() && meta.contains(kLayoutMetadataKey),
+             "reshard: the rank recorded no layout (a checkpoint written before layouts were recorded); it resumes "
+             "only in the layout that wrote it");
+  return rank_layout_from_json(meta[kLayoutMetadataKey].dump());
+}
+
 FullShapes full_shapes_of(const nn::StateDict& full_model) {
   FullShapes shapes;
   for (const auto& [name, t] : full_model) shapes.emplace(name, t.sizes().vec());
@@ -193,7 +216,7 @@ FullTrainingState gather_training_state(const std::vector<RankLayout>& layouts,
   NoGradGuard no_grad;
   std::map<std::string, Partial> model;                          // full name ->
   std::map<std::string, std::map<std::string, Partial>> state;  // full name -> state name ->
-  std::map<std::string, std::pair<double, int>> steps;          // full name -> (count, first rank)
+  std::map<std::string, std::pair<Tensor, int>> steps;          // full name -> (count, first rank)
   const nn::StateDict* groups = nullptr;  // the hyper-parameters, from the first rank with an optimizer
   for (size_t r = 0; r < layouts.size(); ++r) {
     const int rank = static_cast<int>(r);
@@ -232,10 +255,11 @@ FullTrainingState gather_training_state(const std::vector<RankLayout>& layouts,
         }
         const double count = partial.value.to(kFloat64).item<double>();
         for (const ShardPlacement& piece : param.pieces) {
-          const auto [it, first] = steps.try_emplace(piece.full_name, count, rank);
-          LOOM_CHECK(first || it->second.first == count, "reshard: the optimizer step counts of ", piece.full_name,
-                     " disagree: ", it->second.first, " on saving rank ", it->second.second, ", ", count,
-                     " on saving rank ", rank);
+          const auto [it, first] = steps.try_emplace(piece.full_name, partial.value, rank);
+          const double earlier = it->second.first.to(kFloat64).item<double>();
+          LOOM_CHECK(first || earlier == count, "reshard: the optimizer step counts of ", piece.full_name,
+                     " disagree: ", earlier, " on saving rank ", it->second.second, ", ", count, " on saving rank ",
+                     rank);
         }
       }
     }
@@ -255,7 +279,7 @@ FullTrainingState gather_training_state(const std::vector<RankLayout>& layouts,
                  name);
       out.optimizer.insert(name + "." + state_name, partial.value);
     }
-  for (const auto& [name, count] : steps) out.optimizer.insert(name + ".step", scalar_tensor(count.first, kFloat64));
+  for (const auto& [name, count] : steps) out.optimizer.insert(name + ".step", count.first);
   if (groups)
     for (const auto& [key, value] : *groups) {
       if (!key.starts_with(kGroupPrefix)) continue;
@@ -335,11 +359,11 @@ RankTrainingState reshard_checkpoint(const nn::CheckpointParts& parts, const Ran
   std::vector<RankLayout> layouts;
   std::vector<RankTrainingState> ranks;
   for (size_t r = 0; r < parts.sections.size(); ++r) {
-    const Json meta = Json::parse(parts.rank_metadata.at(r), nullptr, false);
-    LOOM_CHECK(meta.is_object() && meta.contains(kLayoutMetadataKey), "reshard: saving rank ", r, " of ",
-               parts.path.string(), " recorded no layout (a checkpoint written before layouts were recorded); "
-               "it resumes only in the layout that wrote it");
-    layouts.push_back(rank_layout_from_json(meta[kLayoutMetadataKey].dump()));
+    try {
+      layouts.push_back(rank_layout_from_metadata(parts.rank_metadata.at(r)));
+    } catch (const Error& e) {
+      LOOM_FAIL("saving rank ", r, " of ", parts.path.string(), ": ", e.what());
+    }
     const auto& sections = parts.sections[r];
     auto section = [&](const char* name) {
       auto it = sections.find(name);

@@ -59,10 +59,22 @@ struct RankLayout {
   std::optional<std::pair<int64_t, int64_t>> zero_shard;
 };
 
+// The layout of a rank that trains `local`, whose parameters sit in the whole model as `placement`
+// says (its pieces and copies, under local()'s names). An empty placement means the whole model,
+// every parameter under its own name; otherwise a parameter it does not name gets no piece (the
+// caller adds it: a tied copy), which scatter_training_state refuses.
+RankLayout rank_layout(const nn::Module& local, const ModelPlacement& placement,
+                       std::optional<std::pair<int64_t, int64_t>> zero_shard = std::nullopt);
+
 // RankLayout as a JSON object, and back. rank_layout_from_json throws loom::Error naming what is
 // missing or malformed.
 std::string rank_layout_to_json(const RankLayout& layout);
 RankLayout rank_layout_from_json(const std::string& json);
+
+// The layout a rank recorded in its checkpoint metadata (CheckpointParts::rank_metadata), under
+// kLayoutMetadataKey. Throws loom::Error when there is none (a checkpoint written before layouts
+// were recorded) or it is malformed.
+RankLayout rank_layout_from_metadata(const std::string& rank_metadata);
 
 // The whole model's parameter shapes (full name -> sizes): what the loading job's model has.
 using FullShapes = std::map<std::string, std::vector<int64_t>>;

@@ -354,18 +354,12 @@ void Parallelism::tie_gradients() {
 
 #if LOOM_TRAIN_WITH_MPI
 distributed::RankLayout Parallelism::layout() const {
-  distributed::RankLayout out;
-  for (const auto& [name, p] : local_->named_parameters()) {
-    distributed::LocalParameter param{name, p.sizes().vec(), {}};
-    if (!sharded()) param.pieces.push_back({name, name, 0, 0, 0, p.size(0)});
-    for (const auto* placements : {&placement_.pieces, &placement_.copies})
-      for (const distributed::ShardPlacement& piece : *placements)
-        if (sharded() && piece.local_name == name) param.pieces.push_back(piece);
-    // The tied head's copy of the token embedding: this rank's vocabulary rows of it.
-    if (tied_copies_.count(name)) param.pieces.push_back({name, "tok.weight", 0, vocab_begin_, 0, p.size(0)});
-    out.parameters.push_back(std::move(param));
-  }
-  if (zero_) out.zero_shard = std::pair{zero_->shard_begin(), zero_->shard_end()};
+  distributed::RankLayout out = distributed::rank_layout(
+      *local_, placement_, zero_ ? std::optional(std::pair{zero_->shard_begin(), zero_->shard_end()}) : std::nullopt);
+  // The tied head's copy of the token embedding: this rank's vocabulary rows of it.
+  for (distributed::LocalParameter& param : out.parameters)
+    if (tied_copies_.count(param.name))
+      param.pieces.push_back({param.name, "tok.weight", 0, vocab_begin_, 0, param.shape.at(0)});
   return out;
 }
 #endif
