@@ -1,6 +1,6 @@
 /*
- * tools/train: the parallelism flags (--dp, --tp, --pp, --microbatches, --pipeline-schedule, --zero,
- * --collective-timeout). Every combination train cannot run correctly is refused before anything
+ * tools/train: the parallelism flags (--dp, --tp, --pp, --microbatches, --pipeline-schedule,
+ * --pipeline-chunks, --zero, --collective-timeout). Every combination train cannot run correctly is refused before anything
  * starts, with one line that names the problem and the way out; what needs the data or the job
  * (classes, vocabulary, world size) is checked in tests/distributed/test_train_parallel.cpp.
  */
@@ -56,6 +56,44 @@ TEST_CASE("train options: the parallelism flags parse, and config.json keeps the
   for (const char* key :
        {"dp", "tp", "pp", "microbatches", "pipeline-schedule", "zero", "collective-timeout"})
     CHECK_MESSAGE(!p.contains(key), key);
+}
+
+TEST_CASE("train options: --pipeline-schedule interleaved (with --pipeline-chunks) and zb-h1") {
+  TrainOptions interleaved =
+      parse({"--pp", "2", "--microbatches", "4", "--pipeline-schedule", "interleaved", "--hidden", "32,32,32"});
+  CHECK(interleaved.pipeline_schedule == train::PipelineSchedule::kInterleaved);
+  CHECK(interleaved.pipeline_chunks == 0);
+  CHECK(train::pipeline_chunks(interleaved) == 2);  // the default
+  nlohmann::json j = train::to_json(interleaved);
+  CHECK(j.at("pipeline-schedule") == "interleaved");
+  CHECK(j.at("pipeline-chunks") == 2);
+  TrainOptions three = parse({"--model", "gpt", "--layers", "4", "--pp", "2", "--microbatches", "2",
+                              "--pipeline-schedule", "interleaved", "--pipeline-chunks", "3"});
+  CHECK(train::pipeline_chunks(three) == 3);
+  CHECK(train::to_json(three).at("pipeline-chunks") == 3);
+  TrainOptions zb = parse({"--pp", "2", "--microbatches", "4", "--pipeline-schedule", "zb-h1"});
+  CHECK(zb.pipeline_schedule == train::PipelineSchedule::kZeroBubbleH1);
+  CHECK(train::pipeline_chunks(zb) == 1);
+  CHECK(train::to_json(zb).at("pipeline-schedule") == "zb-h1");
+  CHECK_FALSE(train::to_json(zb).contains("pipeline-chunks"));  // only the interleaved schedule has chunks
+
+  // Each refusal names the numbers.
+  CHECK(contains(parse_error({"--pp", "2", "--microbatches", "3", "--batch", "63", "--pipeline-schedule", "interleaved",
+                              "--hidden", "32,32,32"}),
+                 "--pipeline-schedule interleaved: --microbatches 3 is not a multiple of --pp 2"));
+  CHECK(contains(parse_error({"--pp", "2", "--microbatches", "4", "--pipeline-schedule", "interleaved"}),
+                 "--pp 2 x --pipeline-chunks 2 = 4 pipeline stages, but the mlp has only 3 linear layers"));
+  CHECK(contains(parse_error({"--model", "gpt", "--layers", "1", "--pp", "2", "--microbatches", "2",
+                              "--pipeline-schedule", "interleaved"}),
+                 "= 4 pipeline stages, but the gpt has only 3 pipeline layers"));
+  CHECK(contains(parse_error({"--pp", "2", "--microbatches", "2", "--pipeline-chunks", "2"}),
+                 "--pipeline-chunks 2: only --pipeline-schedule interleaved"));
+  CHECK(contains(parse_error({"--pipeline-schedule", "interleaved"}), "needs --pp 2 or more"));
+  CHECK(contains(parse_error({"--pp", "2", "--microbatches", "2", "--pipeline-schedule", "interleaved",
+                              "--pipeline-chunks", "1"}),
+                 "one chunk per rank is --pipeline-schedule 1f1b"));
+  CHECK(contains(parse_error({"--pp", "2", "--pipeline-schedule", "interleaved", "--pipeline-chunks", "0"}),
+                 "--pipeline-chunks"));
 }
 
 TEST_CASE("train options: --help names --pipeline-schedule apart from the LR --schedule") {

@@ -32,7 +32,7 @@ constexpr std::array<std::string_view, 5> kLrScheduleWords{"none", "cosine", "st
 constexpr std::array<std::string_view, 3> kAmpWords{"none", "bf16", "fp16"};
 constexpr std::array<std::string_view, 2> kDeviceWords{"cpu", "cuda"};
 constexpr std::array<std::string_view, 2> kCheckpointErrorWords{"stop", "continue"};
-constexpr std::array<std::string_view, 2> kPipelineScheduleWords{"gpipe", "1f1b"};
+constexpr std::array<std::string_view, 4> kPipelineScheduleWords{"gpipe", "1f1b", "interleaved", "zb-h1"};
 constexpr std::array<std::string_view, 2> kTextWindowsWords{"blocks", "random"};
 
 template <size_t N>
@@ -116,6 +116,11 @@ std::string_view to_string(DeviceKind device) { return kDeviceWords[static_cast<
 std::string_view to_string(TextWindows windows) { return kTextWindowsWords[static_cast<size_t>(windows)]; }
 std::string_view to_string(PipelineSchedule schedule) {
   return kPipelineScheduleWords[static_cast<size_t>(schedule)];
+}
+
+int64_t pipeline_chunks(const TrainOptions& o) {
+  if (o.pipeline_chunks != 0) return o.pipeline_chunks;
+  return o.pipeline_schedule == PipelineSchedule::kInterleaved ? 2 : 1;
 }
 
 std::vector<int64_t> parse_hidden(const std::string& hidden) {
@@ -271,8 +276,15 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
       ->check(CLI::PositiveNumber);
   parallel
       ->add_option("--pipeline-schedule", pipeline_schedule,
-                   "--pp: gpipe or 1f1b (named so because --schedule is the LR schedule)")
+                   "--pp: gpipe, 1f1b, interleaved (1F1B over --pipeline-chunks model chunks per rank) or zb-h1 "
+                   "(zero-bubble: each backward split into its input and weight gradients) (named so because "
+                   "--schedule is the LR schedule)")
       ->check(one_of(kPipelineScheduleWords));
+  parallel
+      ->add_option("--pipeline-chunks", o.pipeline_chunks,
+                   "--pipeline-schedule interleaved: model chunks per pipeline rank (default 2); the layers are cut "
+                   "into pp x chunks stages")
+      ->check(CLI::PositiveNumber);
   parallel
       ->add_option("--zero", o.zero,
                    "ZeRO stage over the data-parallel ranks: 1 shards the optimizer state, 2 also the "
@@ -384,6 +396,25 @@ void validate_parallelism(const TrainOptions& o) {
   if (o.microbatches > 1 && o.pp == 1)
     fail("--microbatches " + std::to_string(o.microbatches) +
          " needs --pp 2 or more (it feeds the pipeline stages); to accumulate gradients use --grad-accum");
+  if (o.pipeline_chunks != 0 && o.pipeline_schedule != PipelineSchedule::kInterleaved)
+    fail("--pipeline-chunks " + std::to_string(o.pipeline_chunks) + ": only --pipeline-schedule interleaved cuts "
+         "a rank's layers into chunks (this run's is " + str(to_string(o.pipeline_schedule)) + ")");
+  const int64_t chunks = pipeline_chunks(o), pipeline_stages = o.pp * chunks;
+  if (o.pipeline_schedule == PipelineSchedule::kInterleaved) {
+    const std::string interleaved = "--pipeline-schedule interleaved";
+    if (o.pp < 2) fail(interleaved + " needs --pp 2 or more: its chunks go round the pipeline ranks");
+    if (chunks < 2)
+      fail(interleaved + " with --pipeline-chunks " + std::to_string(chunks) +
+           ": one chunk per rank is --pipeline-schedule 1f1b; use 2 or more");
+    if (o.microbatches % o.pp != 0)
+      fail(interleaved + ": --microbatches " + std::to_string(o.microbatches) + " is not a multiple of --pp " + pp +
+           " (the micro-batches go through the chunks in groups of one per rank)");
+  }
+  if (gpt && pipeline_stages > o.layers + 2 && chunks > 1)
+    fail("--pp " + pp + " x --pipeline-chunks " + std::to_string(chunks) + " = " + std::to_string(pipeline_stages) +
+         " pipeline stages, but the gpt has only " + std::to_string(o.layers + 2) +
+         " pipeline layers (the embedding, --layers " + std::to_string(o.layers) +
+         " blocks, the head); add --layers or lower --pp or --pipeline-chunks");
   if (o.batch % o.microbatches != 0)
     fail("--microbatches " + std::to_string(o.microbatches) + " does not divide --batch " +
          std::to_string(o.batch) + ": every micro-batch must be as large; pick a divisor of " +
@@ -394,6 +425,10 @@ void validate_parallelism(const TrainOptions& o) {
     if (o.pp > linears)
       fail("--pp " + pp + ": the mlp has " + std::to_string(linears) + " linear layers (--hidden " +
            o.hidden + "), so at most --pp " + std::to_string(linears) + "; add hidden layers or lower --pp");
+    if (pipeline_stages > linears)
+      fail("--pp " + pp + " x --pipeline-chunks " + std::to_string(chunks) + " = " +
+           std::to_string(pipeline_stages) + " pipeline stages, but the mlp has only " + std::to_string(linears) +
+           " linear layers (--hidden " + o.hidden + "); add hidden layers or lower --pp or --pipeline-chunks");
     for (int64_t h : hidden)
       if (h % o.tp != 0)
         fail("--tp " + tp + " does not divide the hidden layer size " + std::to_string(h) + " (--hidden " +
@@ -486,6 +521,7 @@ nlohmann::json to_json(const TrainOptions& o) {
     j["pp"] = o.pp;
     j["microbatches"] = o.microbatches;
     j["pipeline-schedule"] = to_string(o.pipeline_schedule);
+    if (o.pipeline_schedule == PipelineSchedule::kInterleaved) j["pipeline-chunks"] = pipeline_chunks(o);
   }
   if (o.zero != 0) j["zero"] = o.zero;
   if (o.no_prefetch) j["no-prefetch"] = true;

@@ -23,7 +23,7 @@ enum class OptimizerKind { kSgd, kAdam, kAdamW };                     // --optim
 enum class LrSchedule { kNone, kCosine, kStep, kLinear, kOneCycle };  // --schedule
 enum class AmpMode { kOff, kBf16, kFp16 };                            // --amp ("none" is kOff)
 enum class DeviceKind { kCpu, kCuda };                                // --device
-enum class PipelineSchedule { kGPipe, kOneFOneB };                    // --pipeline-schedule
+enum class PipelineSchedule { kGPipe, kOneFOneB, kInterleaved, kZeroBubbleH1 };  // --pipeline-schedule
 enum class TextWindows { kBlocks, kRandom };                         // --windows
 
 std::string_view to_string(ModelKind model);
@@ -89,6 +89,7 @@ struct TrainOptions {
   int64_t pp = 1;                          // pipeline stages per replica (mlp, gpt)
   int64_t microbatches = 1;                // --pp: micro-batches each loader batch is cut into
   PipelineSchedule pipeline_schedule = PipelineSchedule::kOneFOneB;  // --pp
+  int64_t pipeline_chunks = 0;  // --pipeline-chunks: model chunks per rank; 0: 2 when interleaved, else 1
   int64_t zero = 0;                        // ZeRO stage over the data-parallel ranks: 0, 1, 2, 3 (FSDP)
   bool no_prefetch = false;                // --zero 3: no all-gather posted ahead
   double collective_timeout = 300;         // seconds before a stuck collective fails the job
@@ -124,5 +125,9 @@ nlohmann::json to_json(const TrainOptions& options);
 
 // The mlp's hidden sizes from "512,512"; throws loom::Error on anything but positive integers.
 std::vector<int64_t> parse_hidden(const std::string& hidden);
+
+// The model chunks per pipeline rank: --pipeline-chunks, or its default (2 for the interleaved
+// schedule, 1 for the others).
+int64_t pipeline_chunks(const TrainOptions& options);
 
 }  // namespace loom::train

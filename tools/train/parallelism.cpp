@@ -355,13 +355,18 @@ Eval Parallelism::evaluate_pipeline(data::DataLoader& loader, bool tokens) {
 #if LOOM_TRAIN_WITH_MPI
   distributed::ProcessGroup& group = mesh_->pipeline_group();
   const int s = group.rank(), p = group.size();
-  // Forward only, one batch at a time through the stages: no backward to schedule.
+  // Forward only, one batch at a time through the stages: no backward to schedule. Interleaved,
+  // the batch goes round the ranks once per chunk (stage c·p + s is chunk c of rank s).
+  const auto& chunks = runner_->chunks();
+  const auto v = static_cast<int64_t>(chunks.size());
   for (data::Batch& batch : loader) {
-    Tensor x = s == 0 ? batch.data : recv_activation(group, s - 1);
-    Tensor y = (*local_)(x);
-    if (s + 1 < p)
-      send_activation(group, y, s + 1);
-    else
+    Tensor y;
+    for (int64_t c = 0; c < v; ++c) {
+      Tensor x = s == 0 && c == 0 ? batch.data : recv_activation(group, (s + p - 1) % p);
+      y = (*chunks[c])(x);
+      if (s + 1 < p || c + 1 < v) send_activation(group, y, (s + 1) % p);
+    }
+    if (s + 1 == p)
       add(total, vocabulary_parallel() ? score_vocabulary_slice(y, batch.target) : score(y, batch.target, tokens));
   }
 #else
@@ -445,7 +450,10 @@ std::optional<PipelineReport> Parallelism::pipeline_report() {
   report.traced_steps = traced_steps_;
   report.measured_bubble = traced_steps_ > 0 ? bubble_sum_ / static_cast<double>(traced_steps_) : 0.0;
   const auto p = static_cast<double>(options_.pp), m = static_cast<double>(options_.microbatches);
-  report.ideal_bubble = (p - 1) / (m + p - 1);
+  // ZB-H1 with its forward, B and W alike (schedule.h); interleaved with v chunks.
+  const double units = options_.pipeline_schedule == PipelineSchedule::kZeroBubbleH1 ? 3 * m
+                       : static_cast<double>(pipeline_chunks(options_)) * m;
+  report.ideal_bubble = (p - 1) / (units + p - 1);
   distributed::ProcessGroup& group = mesh_->pipeline_group();
   Tensor mine = tensor(std::vector<int64_t>{peak_live_, peak_bytes_}, {2}).to(group.device());
   Tensor gathered = empty({2 * options_.pp}, TensorOptions(kInt64).device(group.device()));

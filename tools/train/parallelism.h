@@ -73,7 +73,7 @@ struct PipelineReport {
   int64_t stages = 0, microbatches = 0;
   int64_t traced_steps = 0;    // 0 without --trace: no bubble measured
   double measured_bubble = 0;  // mean idle fraction of the stages over the traced steps
-  double ideal_bubble = 0;     // (p - 1) / (m + p - 1)
+  double ideal_bubble = 0;     // (p - 1) / (m + p - 1); v·m for interleaved, 3m for zb-h1 (schedule.h)
   // Per stage (index = stage), the most over all steps: micro-batches whose activations the
   // stage held at once, and bytes it held for backward (StepStats::peak_activation_bytes).
   std::vector<int64_t> peak_live_microbatches, peak_activation_bytes;
@@ -191,6 +191,8 @@ class Parallelism {
   // Makes this rank's stage of `net` (pipeline stages of about equal `costs`, one per layer)
   // local_, renaming the pieces to the stage's names and dropping the other stages'.
   void cut_pipeline(const std::shared_ptr<nn::Sequential>& net, const std::vector<double>& costs);
+  // --pipeline-schedule interleaved: this rank's --pipeline-chunks stages of pp x chunks.
+  void cut_interleaved_pipeline(const std::shared_ptr<nn::Sequential>& net, const std::vector<double>& costs);
   // gpt with --pp: the token embedding is on the first stage and, as the output head's tied
   // weight, on the last; each gets the other's gradient added (an all-reduce over the pipeline).
   void tie_gradients();

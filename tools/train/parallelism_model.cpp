@@ -185,18 +185,64 @@ void Parallelism::build_mlp(const nn::Sequential& full_mlp) {
 void Parallelism::cut_pipeline(const std::shared_ptr<nn::Sequential>& net, const std::vector<double>& costs) {
 #if LOOM_TRAIN_WITH_MPI
   namespace pipe = distributed::pipeline;
+  if (options_.pipeline_schedule == PipelineSchedule::kInterleaved) {
+    cut_interleaved_pipeline(net, costs);
+    return;
+  }
   const std::vector<int64_t> bounds = pipe::partition_balanced(costs, options_.pp);
   const int64_t begin = bounds[coord_pp_], end = bounds[coord_pp_ + 1];
   // The names of net layer i's parameters become those of stage layer i - begin.
   placement_ = placement_.stage(begin, end);
   tied_copies_ = distributed::restrict_to_stage(tied_copies_, begin, end);
   auto stage = pipe::stage_of(*net, begin, end);
-  runner_ = std::make_unique<pipe::PipelineStageRunner>(
-      stage, mesh_->pipeline_group_ptr(),
-      options_.pipeline_schedule == PipelineSchedule::kGPipe ? pipe::ScheduleKind::GPipe
-                                                             : pipe::ScheduleKind::OneFOneB,
-      options_.microbatches);
+  const pipe::ScheduleKind kind = options_.pipeline_schedule == PipelineSchedule::kGPipe ? pipe::ScheduleKind::GPipe
+                                  : options_.pipeline_schedule == PipelineSchedule::kZeroBubbleH1
+                                      ? pipe::ScheduleKind::ZeroBubbleH1
+                                      : pipe::ScheduleKind::OneFOneB;
+  runner_ = std::make_unique<pipe::PipelineStageRunner>(stage, mesh_->pipeline_group_ptr(), kind,
+                                                        options_.microbatches);
   local_ = stage;
+#else
+  (void)net;
+  (void)costs;
+#endif
+}
+
+void Parallelism::cut_interleaved_pipeline(const std::shared_ptr<nn::Sequential>& net,
+                                           const std::vector<double>& costs) {
+#if LOOM_TRAIN_WITH_MPI
+  namespace pipe = distributed::pipeline;
+  // p·v stages; this rank runs stages r, r + p, ... (schedule.h). local_ holds their layers one
+  // after the other, so that the optimizer, the gradient norm and the checkpoint see one model:
+  // net layer i of chunk c is local layer i - begin_c + (the layers of chunks 0 .. c-1).
+  const int64_t p = options_.pp, v = pipeline_chunks(options_);
+  const std::vector<int64_t> bounds = pipe::partition_balanced(costs, p * v);
+  distributed::ModelPlacement placement;
+  std::set<std::string> tied;
+  std::vector<std::shared_ptr<nn::Sequential>> chunks;
+  auto all = std::make_shared<nn::Sequential>();
+  for (int64_t c = 0; c < v; ++c) {
+    const int64_t begin = bounds[c * p + coord_pp_], end = bounds[c * p + coord_pp_ + 1];
+    const int64_t offset = static_cast<int64_t>(all->size());
+    auto shifted = [offset](std::string name) {
+      const size_t dot = name.find('.');
+      return std::to_string(std::stoll(name.substr(0, dot)) + offset) + name.substr(dot);
+    };
+    const distributed::ModelPlacement chunk = placement_.stage(begin, end);
+    for (auto [from, to] : {std::pair{&chunk.pieces, &placement.pieces}, std::pair{&chunk.copies, &placement.copies}})
+      for (distributed::ShardPlacement piece : *from) {
+        piece.local_name = shifted(piece.local_name);
+        to->push_back(piece);
+      }
+    for (const std::string& name : chunk.replicated) placement.replicated.insert(shifted(name));
+    for (const std::string& name : distributed::restrict_to_stage(tied_copies_, begin, end)) tied.insert(shifted(name));
+    chunks.push_back(pipe::stage_of(*net, begin, end));
+    for (int64_t i = begin; i < end; ++i) all->push_back(net->ptr(i));
+  }
+  placement_ = std::move(placement);
+  tied_copies_ = std::move(tied);
+  runner_ = std::make_unique<pipe::PipelineStageRunner>(chunks, mesh_->pipeline_group_ptr(), options_.microbatches);
+  local_ = all;
 #else
   (void)net;
   (void)costs;
