@@ -72,7 +72,11 @@ void init_mpi_once() {
 std::shared_ptr<ProcessGroup> mpi_world() {
   // One world group per process: it owns nothing but MPI_COMM_WORLD, and sharing it keeps its
   // timeout and statistics in one place.
-  static std::shared_ptr<ProcessGroup> world = ProcessGroupMpi::world();
+  static std::shared_ptr<ProcessGroup> world = [] {
+    std::shared_ptr<ProcessGroup> group = ProcessGroupMpi::world();
+    group->set_label("world");
+    return group;
+  }();
   return world;
 }
 
@@ -84,7 +88,11 @@ std::shared_ptr<ProcessGroup> init_process_group(Backend backend) {
     backend = (LOOM_WITH_NCCL && cuda::is_available()) ? Backend::Nccl : Backend::Mpi;
   if (backend == Backend::Mpi) return mpi_world();
 #if LOOM_WITH_NCCL
-  static std::shared_ptr<ProcessGroup> nccl_world = make_nccl_group(*mpi_world());
+  static std::shared_ptr<ProcessGroup> nccl_world = [] {
+    std::shared_ptr<ProcessGroup> group = make_nccl_group(*mpi_world());
+    group->set_label("world (nccl)");
+    return group;
+  }();
   return nccl_world;
 #else
   LOOM_FAIL(

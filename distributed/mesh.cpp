@@ -56,6 +56,7 @@ DeviceMesh::DeviceMesh(std::shared_ptr<ProcessGroup> world, MeshShape shape)
       std::shared_ptr<ProcessGroup> group = world_->new_group(ranks);
       if (group) mine = std::move(group);
     }
+    mine->set_label(axis == 't' ? "tensor" : axis == 'd' ? "data" : "pipeline");  // for traces
     return mine;
   };
   tp_group_ = build('t');

@@ -153,6 +153,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   void reset_stats();
   // "mpi group of 4 (world ranks 0,1,2,3), rank 1": for error messages.
   std::string describe() const;
+  // A short name for traces (comm_trace.h): what set_label gave ("data", "tensor", ... as the
+  // mesh names its groups; "world" for init_process_group's), else "ranks 0,2".
+  std::string label() const;
+  void set_label(std::string label) { label_ = std::move(label); }
 
  protected:
   ProcessGroup(int rank, int size, std::vector<int> world_ranks);
@@ -176,9 +180,14 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
  private:
   // Adds one call of `payload` bytes, of which this rank sent `sent` under the model.
   void count(OperationCount CommStats::*kind, uint64_t payload, uint64_t sent);
+  // `work`, reporting to the communication trace when waited for, if a sink is installed
+  // (comm_trace.h); else `work` itself.
+  WorkPtr traced(WorkPtr work, const char* operation, std::chrono::steady_clock::time_point posted,
+                 uint64_t payload, int peer) const;
 
   int rank_, size_;
   std::vector<int> world_ranks_;
+  std::string label_;
   std::chrono::milliseconds timeout_{std::chrono::minutes(5)};
   Algorithm algorithm_ = Algorithm::Native;
   // Guards stats_: DDP launches all-reduces from backward's hooks while other threads may send.

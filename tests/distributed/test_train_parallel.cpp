@@ -28,6 +28,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -308,6 +309,59 @@ TEST_CASE("train --tp / --pp on a GPT equals one process, and model.safetensors 
       nn::LoadedModel loaded = nn::load_model(dir / m.name() / "model.safetensors");
       CHECK(loaded.model->num_parameters() == nn::load_model(ref_dir / "model.safetensors").model->num_parameters());
     }
+  }
+  world->barrier();  // every rank checked before rank 0 removes the files
+  if (world->rank() == 0) fs::remove_all(dir);
+}
+
+TEST_CASE("train --trace under mpirun: one trace, a process per rank, every collective with its bytes") {
+  auto world = test::world();
+  const int n = world->size();
+  fs::path dir = shared_scratch("trace");
+  fs::path data = tiny_images(dir);
+  // What each layout must show on every rank: the operation and the group of the mesh it ran on.
+  std::vector<std::pair<Mesh, std::vector<std::string>>> cases = {
+      {{.dp = n}, {"all_reduce data"}},  // DDP's buckets
+      {{.dp = n, .zero = 2}, {"reduce_scatter data", "all_gather data"}},
+      {{.dp = n, .zero = 3}, {"all_gather data", "reduce_scatter data"}},
+      {{.dp = n / 2, .tp = 2}, {"all_reduce tensor"}},
+      {{.dp = n / 2, .pp = 2}, {"send pipeline", "recv pipeline"}}};
+  for (const auto& [m, expected] : cases) {
+    CAPTURE(m.name());
+    train::TrainOptions o = with_mesh(mlp_options(data, dir / m.name()), m);
+    o.epochs = 1;
+    o.trace = (dir / (m.name() + ".json")).string();
+    run(o);
+    if (world->rank() != 0) continue;
+    std::ifstream in(o.trace);
+    const nlohmann::json doc = nlohmann::json::parse(in);
+    std::map<int, std::set<std::string>> waited, in_flight;  // by process (rank)
+    std::set<std::string> processes;
+    std::map<std::pair<int, int64_t>, double> flight_begin;
+    for (const auto& e : doc.at("traceEvents")) {
+      const int pid = e.at("pid").get<int>();
+      if (e.at("name") == "process_name") processes.insert(e.at("args").at("name").get<std::string>());
+      if (e.value("cat", "") == "communication") {
+        CHECK(e.at("args").at("bytes").get<double>() >= 0);
+        waited[pid].insert(e.at("name").get<std::string>());
+      }
+      if (e.value("ph", "") == "b") flight_begin[{pid, e.at("id").get<int64_t>()}] = e.at("ts").get<double>();
+      if (e.value("ph", "") == "e") {
+        // Every flight ends after it began, on the same rank.
+        REQUIRE(flight_begin.count({pid, e.at("id").get<int64_t>()}) == 1);
+        CHECK(e.at("ts").get<double>() >= flight_begin.at({pid, e.at("id").get<int64_t>()}));
+        in_flight[pid].insert(e.at("name").get<std::string>());
+      }
+    }
+    CHECK(processes.size() == static_cast<size_t>(n));
+    CHECK(processes.count("rank 0 (dp 0, tp 0, pp 0)") == 1);
+    for (int rank = 0; rank < n; ++rank)
+      for (const std::string& name : expected) {
+        CAPTURE(rank);
+        CAPTURE(name);
+        CHECK(waited[rank].count(name) == 1);
+        CHECK(in_flight[rank].count(name) == 1);
+      }
   }
   world->barrier();  // every rank checked before rank 0 removes the files
   if (world->rank() == 0) fs::remove_all(dir);

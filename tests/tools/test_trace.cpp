@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -190,5 +191,50 @@ TEST_CASE("trace: without a path nothing is recorded or written, and a stray end
   on.write();  // an open span is not written
   CHECK(events_named(read_json(dir / "t.json"), "open").empty());
   fs::current_path(fs::temp_directory_path());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("trace: timed spans and async slices carry their argument; ranks merge aligned at their sync point") {
+  fs::path dir = fresh_dir("merge");
+  using Clock = std::chrono::steady_clock;
+  // Two "ranks" whose traces started 5 ms apart and synchronised at the same instant.
+  Trace early(dir / "rank0.json");
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  Trace late(dir / "rank1.json");
+  const Clock::time_point sync = Clock::now();
+  early.mark_sync();
+  late.mark_sync();
+  const Clock::time_point posted = sync + std::chrono::milliseconds(1);
+  for (Trace* t : {&early, &late}) {
+    t->async_span("all_reduce data", "in flight", posted, posted + std::chrono::milliseconds(3), "bytes", 4096);
+    t->span("all_reduce data", "communication", posted + std::chrono::milliseconds(2),
+            posted + std::chrono::milliseconds(3), "bytes", 4096);
+  }
+  early.write_merged({early.export_events(0, "rank 0"), late.export_events(1, "rank 1")});
+  json doc = read_json(dir / "rank0.json");
+  std::map<std::pair<int, std::string>, json> by_rank_phase;
+  std::set<std::string> processes;
+  for (const json& e : doc["traceEvents"]) {
+    if (e["name"] == "process_name") processes.insert(e["args"]["name"].get<std::string>());
+    if (e["ph"] != "M") by_rank_phase[{e["pid"].get<int>(), e["ph"].get<std::string>()}] = e;
+  }
+  CHECK(processes == std::set<std::string>{"rank 0", "rank 1"});
+  for (int rank : {0, 1}) {
+    CAPTURE(rank);
+    const json& begin = by_rank_phase.at({rank, "b"});
+    const json& end = by_rank_phase.at({rank, "e"});
+    const json& wait = by_rank_phase.at({rank, "X"});
+    CHECK(begin["id"] == end["id"]);
+    CHECK(begin["args"]["bytes"] == 4096);
+    CHECK(wait["args"]["bytes"] == 4096);
+    CHECK(wait["cat"] == "communication");
+    CHECK(end["ts"].get<double>() - begin["ts"].get<double>() == doctest::Approx(3000).epsilon(1e-3));
+    CHECK(wait["dur"].get<double>() == doctest::Approx(1000).epsilon(1e-3));
+  }
+  // The same instants on both ranks land on the same time, though their traces began 5 ms apart
+  // (up to the microseconds between the two mark_sync calls).
+  CHECK(std::abs(by_rank_phase.at({0, "b"})["ts"].get<double>() - by_rank_phase.at({1, "b"})["ts"].get<double>()) <
+        500);
+  CHECK(by_rank_phase.at({0, "X"})["ts"].get<double>() >= 0);
   fs::remove_all(dir);
 }

@@ -5,6 +5,10 @@
  */
 #include "tools/train/parallelism.h"
 
+#if LOOM_TRAIN_WITH_MPI
+#include "distributed/comm_trace.h"
+#endif
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -160,6 +164,53 @@ void Parallelism::max(std::vector<double>& values) {
   values.assign(p, p + values.size());
 #else
   (void)values;
+#endif
+}
+
+void Parallelism::trace_communication(Trace* trace) {
+#if LOOM_TRAIN_WITH_MPI
+  if (trace == nullptr || !trace->enabled()) {
+    distributed::set_comm_sink({});
+    return;
+  }
+  distributed::set_comm_sink([trace](const distributed::CommEvent& e) {
+    const std::string name = e.operation + " " + e.group;
+    const auto bytes = static_cast<double>(e.bytes);
+    trace->span(name, "communication", e.wait_begin, e.done, "bytes", bytes);
+    trace->async_span(name, "in flight", e.posted, e.done, "bytes", bytes);
+  });
+#else
+  (void)trace;
+#endif
+}
+
+std::string Parallelism::rank_name() const {
+  return "rank " + std::to_string(rank_) + " (dp " + std::to_string(coord_dp_) + ", tp " + std::to_string(coord_tp_) +
+         ", pp " + std::to_string(coord_pp_) + ")";
+}
+
+std::vector<std::string> Parallelism::gather_text(const std::string& text) {
+#if LOOM_TRAIN_WITH_MPI
+  if (!world_) return {text};
+  Tensor size = loom::full({1}, static_cast<double>(text.size()), DType::Int64);
+  Tensor sizes = empty({size_}, DType::Int64);
+  world_->all_gather(size, sizes);  // every rank's length, so that rank 0 can size its buffers
+  std::vector<std::string> out;
+  if (rank_ != 0) {
+    Tensor bytes = empty({static_cast<int64_t>(text.size())}, DType::UInt8);
+    std::copy(text.begin(), text.end(), bytes.data_ptr<uint8_t>());
+    world_->send(bytes, 0);  // waits until rank 0 received it
+    return out;
+  }
+  out.push_back(text);
+  for (int r = 1; r < size_; ++r) {
+    Tensor bytes = empty({sizes.data_ptr<int64_t>()[r]}, DType::UInt8);
+    world_->recv(bytes, r);  // waits for rank r's text
+    out.emplace_back(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel()));
+  }
+  return out;
+#else
+  return {text};
 #endif
 }
 

@@ -28,7 +28,6 @@
  */
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -43,6 +42,7 @@
 #include "data/data.h"
 #include "nn/nn.h"
 #include "tools/train/options.h"
+#include "tools/train/trace.h"
 
 #if LOOM_TRAIN_WITH_MPI
 #include "distributed/ddp.h"
@@ -105,6 +105,14 @@ class Parallelism {
   // Element-wise sum or maximum of `values` over all ranks, in place.
   void sum(std::vector<double>& values);
   void max(std::vector<double>& values);
+  // Records every communication of this process in `trace` (distributed/comm_trace.h): each
+  // wait as a span named by the operation and the group ("all_reduce data"), each whole flight as
+  // an async slice, both with the bytes. nullptr stops it. Not while collectives are in flight.
+  void trace_communication(Trace* trace);
+  // "rank 1 (dp 0, tp 1, pp 0)": the process name of this rank in a merged trace.
+  std::string rank_name() const;
+  // Every rank's `text`, on rank 0 in rank order (empty elsewhere); collective over the world.
+  std::vector<std::string> gather_text(const std::string& text);
   // True when `ok` is true on every rank (a barrier): a step that only some ranks do tells the
   // others whether to go on, instead of leaving them in the next collective.
   bool all_ok(bool ok);
@@ -157,10 +165,6 @@ class Parallelism {
     int64_t gathers = 0, prefetched = 0;
   };
   std::optional<ShardedTimings> sharded_timings() const;
-  // --zero 3: called with every wait on a gather or reduce-scatter (for the trace).
-  using CommSpanObserver = std::function<void(const std::string& name, std::chrono::steady_clock::time_point begin,
-                                              std::chrono::steady_clock::time_point end, int64_t bytes)>;
-  void observe_communication(CommSpanObserver observer);
 
 #if LOOM_TRAIN_WITH_MPI
   // This rank's piece as data (distributed/reshard.h): what a checkpoint records so that a job of

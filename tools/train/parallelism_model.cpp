@@ -382,14 +382,6 @@ std::optional<Parallelism::ShardedTimings> Parallelism::sharded_timings() const 
   return std::nullopt;
 }
 
-void Parallelism::observe_communication(CommSpanObserver observer) {
-#if LOOM_TRAIN_WITH_MPI
-  if (fsdp_) fsdp_->set_span_observer(std::move(observer));
-#else
-  (void)observer;
-#endif
-}
-
 void Parallelism::tie_gradients() {
 #if LOOM_TRAIN_WITH_MPI
   if (!tied_weight_.defined()) return;

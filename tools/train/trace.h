@@ -11,6 +11,12 @@
  * a dangling "B" that the viewers draw to the end of the trace. Timestamps are steady_clock
  * microseconds since the Trace was made.
  *
+ * Under mpirun every rank records its own Trace; rank 0 writes them as one file with a process
+ * per rank (write_merged), their clocks aligned at a point all ranks passed together (mark_sync,
+ * after a barrier). Communication appears twice: the caller's wait as a span on its thread, and
+ * the whole flight, from post to completion, as an async slice ("b"/"e", its own track) that may
+ * overlap the compute it ran beside.
+ *
  * A Trace made without a path records nothing and each call is a branch on one bool, so the
  * trainer calls it unconditionally instead of wrapping every span in `if (tracing)`.
  * All members are thread-safe (one mutex): data-loader workers may record their own spans.
@@ -21,6 +27,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -63,6 +70,21 @@ class Trace {
   void span(std::string name, std::string category, std::chrono::steady_clock::time_point begin,
             std::chrono::steady_clock::time_point end, std::string arg_key = {}, double value = 0);
 
+  // An async slice ("b" and "e" events with one id): something in flight from `begin` to `end`
+  // beside the thread's own spans (a collective's flight), with one numeric argument.
+  void async_span(std::string name, std::string category, std::chrono::steady_clock::time_point begin,
+                  std::chrono::steady_clock::time_point end, std::string arg_key = {}, double value = 0);
+
+  // Marks now as the point every rank of a job passed together (call it right after a barrier):
+  // write_merged aligns the ranks' timelines there.
+  void mark_sync();
+  // This Trace's events as a JSON array, under process id `pid` named `process_name`, with
+  // timestamps relative to the sync point. "[]" in no-op mode.
+  std::string export_events(int pid, const std::string& process_name) const;
+  // Writes the events of every rank, export_events() of each (rank 0's first), as one trace,
+  // shifted so that no event is before 0. Throws loom::Error if it cannot be written.
+  void write_merged(const std::vector<std::string>& ranks_events) const;
+
   // A counter sample ("C" event): one track per name in the viewers. Non-finite values are
   // dropped (JSON has no NaN; the viewer would reject the whole file).
   void counter(const std::string& name, double value);
@@ -85,16 +107,20 @@ class Trace {
     double ts_us;
   };
   struct Event {
-    char ph;  // 'X', 'C' or 'M'
+    char ph;  // 'X', 'C', 'M', or 'b'/'e' (async begin/end)
     std::string name, category;
     double ts_us = 0, dur_us = 0;
     int tid = 0;
     std::string arg_key;  // "C": the series name; "M": "name"; "X": its argument's, if any
     double value = 0;     // "C", "X"
     std::string text;     // "M": the thread or process name
+    int64_t id = 0;       // "b"/"e": the slice's id
   };
+  // Every event as Trace Event Format objects under `pid`, timestamps minus `shift_us`.
+  std::vector<nlohmann::json> events_as_json(int pid, double shift_us) const;
 
   double now_us() const;
+  double us_since_start(std::chrono::steady_clock::time_point t) const;
   int tid_locked();  // the calling thread's small id (1, 2, ...), assigned on first use
 
   bool enabled_ = false;
@@ -102,6 +128,8 @@ class Trace {
   std::chrono::steady_clock::time_point start_{};
   mutable std::mutex mutex_;
   std::vector<Event> events_;
+  double sync_us_ = 0;
+  int64_t next_async_id_ = 1;
   std::unordered_map<std::thread::id, int> tids_;
   std::unordered_map<std::thread::id, std::vector<Open>> open_;
 };

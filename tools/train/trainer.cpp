@@ -67,7 +67,7 @@ class Trainer {
         job_(o),
         out_(job_.main() ? user_out : silent_),  // ranks other than 0 print nothing
         interactive_(job_.main() && user_interactive),
-        trace_(o.trace.empty() || !job_.main() ? std::make_unique<Trace>() : std::make_unique<Trace>(o.trace)) {}
+        trace_(o.trace.empty() ? std::make_unique<Trace>() : std::make_unique<Trace>(o.trace)) {}
 
   // Everything before the first step; any error here is the input's.
   void setup();
@@ -124,6 +124,7 @@ class Trainer {
   Clock::time_point start_;
   TrainSummary summary_;
   int64_t saved_step_ = -1;  // the step of the checkpoint this session saved last
+  int64_t parameters_ = 0;   // the whole model's (--zero 3 frees model_'s between uses)
   Progress progress_;
   int64_t epoch_ = 0;  // the epoch being trained (from 0)
   bool signalled_ = false;
@@ -139,9 +140,12 @@ void Trainer::setup() {
   d_.train = with_loader_fault(fault_, d_.train);
   make_loaders();
   make_model();
-  job_.observe_communication([this](const std::string& name, auto begin, auto end, int64_t bytes) {
-    trace_->span(name, "communication", begin, end, "bytes", static_cast<double>(bytes));
-  });
+  if (trace_->enabled() && job_.size() > 1) {
+    // Every rank traces; rank 0 merges them in finish(), aligned where all left this barrier.
+    job_.barrier();
+    trace_->mark_sync();
+    job_.trace_communication(trace_.get());
+  }
   // An optimizer step takes --grad-accum batches; an epoch's last step may take fewer.
   batches_per_epoch_ = loader_->num_batches();
   steps_per_epoch_ = (batches_per_epoch_ + o_.grad_accum - 1) / o_.grad_accum;
@@ -205,6 +209,7 @@ void Trainer::make_model() {
   // The whole model on every rank (the same draw everywhere), of which this rank keeps its piece:
   // all of it without --tp/--pp. Checkpoints hold the piece; model.safetensors the whole.
   model_ = train::make_model(o_, d_);
+  parameters_ = model_->num_parameters();
   if (device_.is_cuda()) model_->to(device_);  // drawn on the CPU: the same initial weights on both devices
   job_.build(model_);
   trained_ = &job_.trained();
@@ -316,7 +321,7 @@ void Trainer::open_run_dir() {
 }
 
 void Trainer::print_header() {
-  out_ << "train: " << to_string(o_.model) << ", " << model_->num_parameters() << " parameters, " << d_.train->size()
+  out_ << "train: " << to_string(o_.model) << ", " << parameters_ << " parameters, " << d_.train->size()
        << " training examples, " << steps_per_epoch_ << " steps per epoch";
   if (job_.size() > 1)
     out_ << ", " << job_.describe() << " (global batch " << job_.data_size() * o_.batch * o_.grad_accum << ")";
@@ -570,7 +575,12 @@ std::optional<PipelineReport> Trainer::finish() {
     if (pipeline) write_pipeline_metrics(*pipeline);
     metrics_.close();
     write_report(o_.out);
-    if (trace_->enabled()) trace_->write();
+    if (trace_->enabled() && job_.size() == 1) trace_->write();
+  }
+  if (trace_->enabled() && job_.size() > 1) {
+    job_.trace_communication(nullptr);  // the gather below is not part of the run
+    std::vector<std::string> ranks = job_.gather_text(trace_->export_events(job_.rank(), job_.rank_name()));
+    if (job_.main()) trace_->write_merged(ranks);
   }
   // Returns on every rank once rank 0 wrote the run directory's last files: a program that runs
   // the job (or a test) may read them on any rank.
