@@ -11,7 +11,7 @@
  *     trained a step; its gathered model equals gather_full_state_dict's, the round trip through
  *     one process and through two pipeline stages gives back every rank's sections.
  *   - Layouts that cannot be mapped fail, naming the tensor and the reason; the layout's JSON
- *     round-trips.
+ *     round-trips; the loader's batch moves to the same number of examples read.
  */
 #include <doctest/doctest.h>
 
@@ -265,6 +265,14 @@ TEST_CASE("layouts that cannot be mapped fail, naming the tensor and the reason"
     CHECK(back.zero_shard == zero.zero_shard);
     CHECK_THROWS_WITH(rank_layout_from_json("{\"parameters\": 3}"), doctest::Contains("malformed"));
   }
+}
+
+TEST_CASE("the loader resumes where as many of the epoch's examples were read") {
+  CHECK(resharded_batch(3, 16, 8) == 6);   // dp 4 x 4 -> dp 2 x 4: twice the batches
+  CHECK(resharded_batch(6, 8, 16) == 3);   // and back
+  CHECK(resharded_batch(3, 8, 16) == 1);   // 24 examples read: batch 1 of 16 (8 read again)
+  CHECK(resharded_batch(5, 16, 16) == 5);  // the same global batch: the same batch
+  CHECK_THROWS_WITH(resharded_batch(1, 0, 8), doctest::Contains("resharded_batch"));
 }
 
 }  // namespace

@@ -92,6 +92,20 @@ check_layout dp4_zero1-dp2_zero2 4 "${dp4_zero1[@]}" -- 2 "${dp2_zero2[@]}"
 check_layout tp2-single 2 "${tp2[@]}" -- 1 "${single[@]}"
 check_layout dp2_pp2_zero2-single 4 "${dp2_pp2_zero2[@]}" -- 1 "${single[@]}"
 
+# Mid-epoch: stopped after 2 of the epoch's 4 steps at dp 4, resumed at dp 2 (the same global
+# batch): the loader continues at the same example, so steps 3 and 4 lose what the uninterrupted
+# dp 4 run's did.
+run 4 M.log "${common[@]}" "${dp4_zero1[@]}" --max-steps 2 --out M
+resume M M2 2 "${dp2_zero2[@]}"
+resharded M2
+losses() { grep -o '"loss":[-0-9.eE+]*' "$1/metrics.jsonl" | sed -n "$2" | cut -d: -f2 | tr '\n' ' '; }
+la=$(losses dp4_zero1-dp2_zero2-A 3,4p)
+lb=$(losses M2 3,4p)
+awk -v a="$la" -v b="$lb" 'BEGIN { n = split(a, x, " "); m = split(b, y, " "); if (n != 2 || m != 2) exit 1;
+  for (i = 1; i <= n; ++i) { d = x[i] - y[i]; if (d < 0) d = -d; if (d > 1e-4 * (x[i] < 0 ? -x[i] : x[i])) exit 1 } }' ||
+  fail "M: steps 3 and 4 resumed mid-epoch at dp 2 lose $lb, the uninterrupted dp 4 run $la"
+echo "M (mid-epoch, dp 4 -> dp 2): steps 3 and 4 lose $lb, as the uninterrupted run ($la)"
+
 # The negative controls. Tensor rank 1's piece of the model replaced by its piece one epoch later
 # (the same shapes, so it loads) must change the gathered state, or the comparisons above prove
 # nothing; a ZeRO shard of the optimizer state one epoch later must be refused (its step count
