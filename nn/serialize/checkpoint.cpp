@@ -182,6 +182,16 @@ std::map<std::string, fs::path> listed_sections(const Json& meta, const fs::path
   return out;
 }
 
+// A step directory's meta.json, checked, and the number of processes that saved it.
+std::pair<Json, int64_t> read_step_meta(const fs::path& step_dir, int64_t step, const std::string& where) {
+  Json meta = read_description(step_dir / kMetaFile, step, where);
+  LOOM_CHECK(meta.contains("metadata"), where, "meta.json has no \"metadata\"");
+  const Json world = meta.value("world_size", Json(1));
+  LOOM_CHECK(world.is_number_integer() && world.get<int64_t>() >= 1, where, "meta.json: invalid world_size ",
+             world.dump());
+  return {std::move(meta), world.get<int64_t>()};
+}
+
 }  // namespace
 
 void CheckpointManager::prepare_save() const {
@@ -463,12 +473,7 @@ std::vector<int64_t> CheckpointManager::steps() const {
 
 Checkpoint CheckpointManager::load_dir(const fs::path& step_dir, int64_t step) const {
   const std::string where = "CheckpointManager: '" + step_dir.string() + "': ";
-  const Json meta = read_description(step_dir / kMetaFile, step, where);
-  LOOM_CHECK(meta.contains("metadata"), where, "meta.json has no \"metadata\"");
-  const Json world = meta.value("world_size", Json(1));
-  LOOM_CHECK(world.is_number_integer() && world.get<int64_t>() >= 1, where, "meta.json: invalid world_size ",
-             world.dump());
-  const int64_t saved_by = world.get<int64_t>();
+  const auto [meta, saved_by] = read_step_meta(step_dir, step, where);
   if (saved_by != group_.size)
     throw WorldSizeMismatch(where + "saved by a job of " + std::to_string(saved_by) +
                             (saved_by == 1 ? " process" : " processes") + ", this job has " +
@@ -572,11 +577,7 @@ std::optional<CheckpointParts> CheckpointManager::load_latest_parts() const {
 
 CheckpointParts CheckpointManager::load_dir_parts(const fs::path& step_dir, int64_t step) const {
   const std::string where = "CheckpointManager: '" + step_dir.string() + "': ";
-  const Json meta = read_description(step_dir / kMetaFile, step, where);
-  LOOM_CHECK(meta.contains("metadata"), where, "meta.json has no \"metadata\"");
-  const Json world = meta.value("world_size", Json(1));
-  LOOM_CHECK(world.is_number_integer() && world.get<int64_t>() >= 1, where, "meta.json: invalid world_size ",
-             world.dump());
+  const auto [meta, saved_by] = read_step_meta(step_dir, step, where);
   CheckpointParts out;
   out.step = step;
   out.path = step_dir;
@@ -586,7 +587,6 @@ CheckpointParts CheckpointManager::load_dir_parts(const fs::path& step_dir, int6
     for (const auto& [name, file] : files) sections.emplace(name, load_safetensors(file).tensors);
     return sections;
   };
-  const int64_t saved_by = world.get<int64_t>();
   if (saved_by == 1) {
     out.sections.push_back(load_files(listed_sections(meta, step_dir, where + "meta.json: ", "meta.json")));
     out.rank_metadata.push_back(out.metadata);
