@@ -298,7 +298,7 @@ TEST_CASE("pipeline: the measured bubble of GPipe, 1F1B, interleaved 1F1B and ZB
                                 ScheduleKind::ZeroBubbleH1};
   std::ostringstream table;
   table << "p = " << p << ", m = " << m << " (interleaved: v = " << v << "); bubble = idle / step, mean over ranks\n"
-        << "schedule          theory  simulated  measured (trace)  measured (StepStats)\n";
+        << "schedule          theory  simulated  measured (trace)  measured (StepStats)  compute ms  step ms\n";
   for (ScheduleKind kind : kinds) {
     const std::string name = schedule_kind_name(kind);
     CAPTURE(name);
@@ -315,16 +315,18 @@ TEST_CASE("pipeline: the measured bubble of GPipe, 1F1B, interleaved 1F1B and ZB
     }
     runner->set_tracing(true);
     const int steps = 3;
-    double traced = 0, stepped = 0;
+    double traced = 0, stepped = 0, compute = 0, step_time = 0;
     runner->train_step(x, y, ce);  // warm-up: first-touch allocations
     for (int step = 0; step < steps; ++step) {
       const StepStats stats = runner->train_step(x, y, ce);
       CHECK((stats.bubble_fraction() >= 0.0 && stats.bubble_fraction() < 1.0));
       CHECK(stats.compute_seconds > 0);
-      double mine = stats.bubble_fraction(), sum = 0;
-      Tensor t = full({1}, mine, TensorOptions(kFloat64));
-      world()->all_reduce(t);
-      stepped += t.item<double>() / p;
+      double sum = 0;
+      Tensor t = tensor(std::vector<double>{stats.bubble_fraction(), stats.compute_seconds, stats.step_seconds}, {3});
+      world()->all_reduce(t);  // sums over the ranks
+      stepped += t.data_ptr<double>()[0] / p;
+      compute += t.data_ptr<double>()[1] / p;
+      step_time += t.data_ptr<double>()[2] / p;
       const auto trace = gather_trace(*world(), runner->last_events());
       if (r != 0) continue;
       for (double b : measured_bubble(trace)) {
@@ -345,8 +347,8 @@ TEST_CASE("pipeline: the measured bubble of GPipe, 1F1B, interleaved 1F1B and ZB
     for (double b : sim.bubble_fraction) simulated += b / p;
     CHECK(simulated == doctest::Approx(theory));
     char line[160];
-    std::snprintf(line, sizeof line, "%-17s %6.3f  %9.3f  %16.3f  %20.3f\n", schedule_kind_name(kind), theory, simulated,
-                  traced / steps, stepped / steps);
+    std::snprintf(line, sizeof line, "%-17s %6.3f  %9.3f  %16.3f  %20.3f  %10.2f  %7.2f\n", schedule_kind_name(kind),
+                  theory, simulated, traced / steps, stepped / steps, 1e3 * compute / steps, 1e3 * step_time / steps);
     table << line;
   }
   if (r == 0) MESSAGE(table.str());
