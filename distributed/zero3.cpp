@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
 #include "autograd/checkpoint.h"
 #include "core/error.h"
@@ -84,6 +85,9 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Sequentia
     }
     layers_.push_back(layer);
   }
+  first_layer_ = static_cast<size_t>(
+      std::find_if(layers_.begin(), layers_.end(), [](const auto& l) { return !l->params.empty(); }) -
+      layers_.begin());
   // Released only now: a tied parameter's later uses were found by its storage.
   for (auto& layer : layers_) release(*layer, false);
   LOOM_CHECK(total > 0, "FullyShardedDataParallel: the model has no parameters to shard");
@@ -155,18 +159,30 @@ void FullyShardedDataParallel::reduce_gradients(Layer& layer) {
     flat.narrow(0, layer.offsets[k], g.numel()).copy_(g.reshape({-1}));
     any = true;
   }
-  if (!any) return;  // every rank skips alike: a layer is used, or not, on all of them
-  Tensor mine = empty({layer.shard_size}, layer.shard.options());
+  if (any) {
+    finish_reduce();
+    Tensor mine = empty({layer.shard_size}, layer.shard.options());
+    // shard_grad_r = (1/N) Σ_q flat_q[r·S, (r+1)·S), completed in finish_reduce.
+    pending_reduce_ = {&layer, group_->reduce_scatter_async(flat, mine, ReduceOp::Avg), flat, mine};
+  }
+  // Every rank skips a layer alike (a layer is used, or not, on all of them); the backward's last
+  // layer leaves nothing in flight for the optimizer.
+  if (layer.index == first_layer_) finish_reduce();
+}
+
+void FullyShardedDataParallel::finish_reduce() {
+  if (!pending_reduce_.work) return;
+  PendingReduce done = std::exchange(pending_reduce_, {});
   const auto begin = Clock::now();
-  // shard_grad_r = (1/N) Σ_q flat_q[r·S, (r+1)·S): waits for every rank's backward of this layer.
-  group_->reduce_scatter(flat, mine, ReduceOp::Avg);
+  // Every rank's gradient of that layer: waits for all ranks to have posted its reduce-scatter.
+  done.work->wait();
   timings_.reduce_seconds += seconds_since(begin);
-  observe("reduce-scatter " + std::to_string(layer.index), begin, static_cast<int64_t>(flat.nbytes()));
-  Tensor& grad = layer.shard.mutable_grad();
+  observe("reduce-scatter " + std::to_string(done.layer->index), begin, static_cast<int64_t>(done.input.nbytes()));
+  Tensor& grad = done.layer->shard.mutable_grad();
   if (grad.defined())
-    grad.add_(mine);  // gradient accumulation over micro-batches
+    grad.add_(done.output);  // gradient accumulation over micro-batches
   else
-    grad = mine;
+    grad = done.output;
 }
 
 Tensor FullyShardedDataParallel::forward(const Tensor& input) {

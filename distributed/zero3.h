@@ -30,8 +30,13 @@
  * With it, only the part that the previous layer's compute did not cover is. The cost is one more
  * layer's gathered parameters held at a time (2 x peak_gathered_bytes). A prefetch never crosses
  * an optimizer step: the last backward layer (layer 0) posts none, as its neighbour would be
- * gathered before the step changes the shards. timings() counts what stayed exposed: the seconds
- * spent waiting for gathers and in the blocking reduce-scatters.
+ * gathered before the step changes the shards.
+ *
+ * The gradients' reduce-scatters are asynchronous too: layer u's is posted when its backward
+ * ends and waited for when layer u-1's backward ends (one in flight at a time, since each holds
+ * a layer's whole gradient), and the backward's last layer waits for its own, so that the
+ * optimizer finds every shard's gradient complete. timings() counts what stayed exposed: the
+ * seconds spent waiting for gathers and for reduce-scatters.
  *
  * Tied weights (a GPT's token embedding reused by its output head): a parameter used by several
  * layers belongs to the first of them, its owner. A later layer that uses it gathers the owner
@@ -92,7 +97,7 @@ class FullyShardedDataParallel : public nn::Module {
   // Communication this rank waited for, since construction or reset_timings().
   struct Timings {
     double gather_wait_seconds = 0;    // blocked until a layer's all-gather completed
-    double reduce_seconds = 0;         // in the blocking reduce-scatters of the gradients
+    double reduce_seconds = 0;         // blocked until a gradient's reduce-scatter completed
     int64_t gathers = 0, prefetched = 0;  // all-gathers waited for; of them, posted ahead
   };
   Timings timings() const { return timings_; }
@@ -116,7 +121,10 @@ class FullyShardedDataParallel : public nn::Module {
   void start_gather(Layer& layer);  // posts the layer's all-gather, if not gathered or posted
   void gather(Layer& layer);        // waits for it, and for the layers whose parameters it uses
   void release(Layer& layer, bool with_borrowed);
+  // Posts the reduce-scatter of the layer's gradient, after finishing the one posted before it;
+  // the first layer with parameters (the last of a backward) finishes its own too.
   void reduce_gradients(Layer& layer);
+  void finish_reduce();  // waits for the posted reduce-scatter; adds it to its shard's gradient
   // The next layer with parameters from `index` in the direction of travel, or nullptr.
   Layer* neighbour(size_t index, bool backward) const;
   void observe(const std::string& name, std::chrono::steady_clock::time_point begin, int64_t bytes);
@@ -127,6 +135,14 @@ class FullyShardedDataParallel : public nn::Module {
   bool prefetch_ = true;
   int all_gathered_ = 0;  // gather_all calls not yet released (they nest)
   Timings timings_;
+  // The reduce-scatter in flight (at most one: each holds a layer's whole flat gradient).
+  struct PendingReduce {
+    Layer* layer = nullptr;
+    WorkPtr work;
+    Tensor input, output;
+  };
+  PendingReduce pending_reduce_;
+  size_t first_layer_ = 0;  // the lowest index of a layer with parameters
   SpanObserver observer_;
 };
 

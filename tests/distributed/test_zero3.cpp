@@ -123,11 +123,12 @@ TEST_CASE("zero3: prefetch posts the next layer's gather ahead; the collectives'
     });
     Tensor x = randn({4, 9});
     nn::functional::cross_entropy(sharded(x), randint(0, 3, {4}, DType::Int64)).backward();
-    // Layers 0, 2 and 4 have parameters. Forward gathers 0, 2, 4; backward 4, 2, 0, each
-    // followed by its reduce-scatter. With prefetch every gather but the first of each pass was
-    // posted while the layer before it ran.
+    // Layers 0, 2 and 4 have parameters. Forward gathers 0, 2, 4; backward 4, 2, 0. A layer's
+    // reduce-scatter is waited for when the next layer's backward has posted its own (so after
+    // that layer's gather), and the last one's at once. With prefetch every gather but the first
+    // of each pass was posted while the layer before it ran.
     CHECK(spans == std::vector<std::string>{"all-gather 0", "all-gather 2", "all-gather 4", "all-gather 4",
-                                            "reduce-scatter 4", "all-gather 2", "reduce-scatter 2", "all-gather 0",
+                                            "all-gather 2", "reduce-scatter 4", "all-gather 0", "reduce-scatter 2",
                                             "reduce-scatter 0"});
     const auto timings = sharded.timings();
     CHECK(timings.gathers == 6);
