@@ -34,18 +34,21 @@ namespace {
 
 using test::world;
 
-std::shared_ptr<nn::Sequential> mlp(uint64_t seed) {
+// 6 features -> `hidden` + 1 layers of `width` with ReLUs between -> 4 classes: 2·hidden + 3 layers.
+std::shared_ptr<nn::Sequential> relu_mlp(uint64_t seed, int64_t width, int hidden) {
   manual_seed(seed);
   auto net = std::make_shared<nn::Sequential>();
-  net->push_back(std::make_shared<nn::Linear>(6, 16));
-  for (int i = 0; i < 3; ++i) {
+  net->push_back(std::make_shared<nn::Linear>(6, width));
+  for (int i = 0; i < hidden; ++i) {
     net->push_back(std::make_shared<nn::ReLU>());
-    net->push_back(std::make_shared<nn::Linear>(16, 16));
+    net->push_back(std::make_shared<nn::Linear>(width, width));
   }
   net->push_back(std::make_shared<nn::ReLU>());
-  net->push_back(std::make_shared<nn::Linear>(16, 4));
-  return net;  // 9 layers
+  net->push_back(std::make_shared<nn::Linear>(width, 4));
+  return net;
 }
+
+std::shared_ptr<nn::Sequential> mlp(uint64_t seed) { return relu_mlp(seed, 16, 3); }  // 9 layers
 
 TEST_CASE("pipeline: balanced partitions minimise the most expensive stage") {
   CHECK(partition_balanced({1, 1, 1, 1}, 2) == std::vector<int64_t>{0, 2, 4});
@@ -142,19 +145,7 @@ TEST_CASE("pipeline: interleaved 1F1B (2 chunks per rank) equals the whole model
   Tensor x = randn({batch, 6}, kFloat32, &g), y = randint(0, 4, {batch}, DType::Int64, &g);
   auto ce = [](const Tensor& out, const Tensor& target) { return nn::functional::cross_entropy(out, target); };
   // 8 linear layers with ReLUs between: 15 layers, enough for p·v = 8 stages on 4 ranks.
-  auto deep = [] {
-    manual_seed(41);
-    auto net = std::make_shared<nn::Sequential>();
-    net->push_back(std::make_shared<nn::Linear>(6, 16));
-    for (int i = 0; i < 6; ++i) {
-      net->push_back(std::make_shared<nn::ReLU>());
-      net->push_back(std::make_shared<nn::Linear>(16, 16));
-    }
-    net->push_back(std::make_shared<nn::ReLU>());
-    net->push_back(std::make_shared<nn::Linear>(16, 4));
-    return net;
-  };
-  auto reference = deep(), model = deep();
+  auto reference = relu_mlp(41, 16, 6), model = relu_mlp(41, 16, 6);
   const std::vector<int64_t> bounds = partition_balanced(layer_counts(*model), p * v);
   std::vector<std::shared_ptr<nn::Sequential>> chunks;
   for (int64_t c = 0; c < v; ++c) chunks.push_back(stage_of(*model, bounds[c * p + r], bounds[c * p + r + 1]));
@@ -279,18 +270,7 @@ TEST_CASE("pipeline: the measured bubble of GPipe, 1F1B, interleaved 1F1B and ZB
   const int64_t m = 2 * p, v = 2, batch = 32 * m;
   // Wider than mlp(): with 16 features a micro-batch's compute is a few microseconds, less than
   // a message's latency, and the measurement would show nothing but the messages.
-  auto wide_mlp = [] {
-    manual_seed(7);
-    auto net = std::make_shared<nn::Sequential>();
-    net->push_back(std::make_shared<nn::Linear>(6, 256));
-    for (int i = 0; i < 7; ++i) {
-      net->push_back(std::make_shared<nn::ReLU>());
-      net->push_back(std::make_shared<nn::Linear>(256, 256));
-    }
-    net->push_back(std::make_shared<nn::ReLU>());
-    net->push_back(std::make_shared<nn::Linear>(256, 4));
-    return net;  // 17 layers: p·v = 8 stages on 4 ranks
-  };
+  // 17 layers: p·v = 8 stages on 4 ranks.
   Generator g(31);
   Tensor x = randn({batch, 6}, kFloat32, &g), y = randint(0, 4, {batch}, DType::Int64, &g);
   auto ce = [](const Tensor& out, const Tensor& target) { return nn::functional::cross_entropy(out, target); };
@@ -302,7 +282,7 @@ TEST_CASE("pipeline: the measured bubble of GPipe, 1F1B, interleaved 1F1B and ZB
   for (ScheduleKind kind : kinds) {
     const std::string name = schedule_kind_name(kind);
     CAPTURE(name);
-    auto model = wide_mlp();
+    auto model = relu_mlp(7, 256, 7);
     std::unique_ptr<PipelineStageRunner> runner;
     if (kind == ScheduleKind::Interleaved1F1B) {
       const std::vector<int64_t> bounds = partition_balanced(layer_counts(*model), p * v);
