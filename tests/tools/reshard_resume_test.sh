@@ -14,8 +14,9 @@
 #                (the sums over the replicas run in another order)
 #
 # for dp 4 + zero 1 <-> dp 2 + zero 2 (the optimizer state sharded both ways), tp 2 <-> tp 1,
-# and dp 2 + pp 2 + zero 2 <-> one process. Negative controls (one rank's piece from a later
-# step) must change the gathered state or be refused, and layouts that cannot be mapped (another
+# dp 2 + pp 2 + zero 2 <-> one process, and tp 2 + pp 2 <-> one process; and a run stopped
+# mid-epoch at dp 4 continued at dp 2. Negative controls (one rank's piece from a later step) must
+# change the gathered state or be refused, and layouts that cannot be mapped (another
 # optimizer, another model size) must fail naming both layouts.
 #
 # Usage: reshard_resume_test.sh TRAIN MAKE_DATASET MPIEXEC WORK_DIR
@@ -42,6 +43,7 @@ dp4_zero1=(--dp 4 --zero 1 --batch 4 --microbatches 1 --tp 1 --pp 1)
 dp2_zero2=(--dp 2 --zero 2 --batch 8 --microbatches 1 --tp 1 --pp 1)
 tp2=(--dp 1 --zero 0 --batch 16 --microbatches 1 --tp 2 --pp 1)
 dp2_pp2_zero2=(--dp 2 --zero 2 --batch 8 --microbatches 2 --tp 1 --pp 2)
+tp2_pp2=(--dp 1 --zero 0 --batch 16 --microbatches 2 --tp 2 --pp 2)
 single=(--dp 1 --zero 0 --batch 16 --microbatches 1 --tp 1 --pp 1)
 
 # resume FROM TO RANKS FLAGS...: a copy of run FROM, resumed at FLAGS (no training: --epochs 1).
@@ -91,6 +93,7 @@ check_layout() {
 check_layout dp4_zero1-dp2_zero2 4 "${dp4_zero1[@]}" -- 2 "${dp2_zero2[@]}"
 check_layout tp2-single 2 "${tp2[@]}" -- 1 "${single[@]}"
 check_layout dp2_pp2_zero2-single 4 "${dp2_pp2_zero2[@]}" -- 1 "${single[@]}"
+check_layout tp2_pp2-single 4 "${tp2_pp2[@]}" -- 1 "${single[@]}"
 
 # Mid-epoch: stopped after 2 of the epoch's 4 steps at dp 4, resumed at dp 2 (the same global
 # batch): the loader continues at the same example, so steps 3 and 4 lose what the uninterrupted
