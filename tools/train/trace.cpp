@@ -70,19 +70,26 @@ Trace::Scope::~Scope() {
   }
 }
 
+Trace::Event Trace::timed_event_locked(char ph, std::string name, std::string category,
+                                       std::chrono::steady_clock::time_point begin, std::string arg_key,
+                                       double value) {
+  Event e;
+  e.ph = ph;
+  e.name = std::move(name);
+  e.category = std::move(category);
+  e.ts_us = us_since_start(begin);
+  e.arg_key = std::move(arg_key);
+  e.value = value;
+  e.tid = tid_locked();
+  return e;
+}
+
 void Trace::span(std::string name, std::string category, std::chrono::steady_clock::time_point begin,
                  std::chrono::steady_clock::time_point end, std::string arg_key, double value) {
   if (!enabled_) return;
   std::lock_guard lock(mutex_);
-  Event e;
-  e.ph = 'X';
-  e.name = std::move(name);
-  e.category = std::move(category);
-  e.ts_us = us_since_start(begin);
+  Event e = timed_event_locked('X', std::move(name), std::move(category), begin, std::move(arg_key), value);
   e.dur_us = us_since_start(end) - e.ts_us;
-  e.arg_key = std::move(arg_key);
-  e.value = value;
-  e.tid = tid_locked();
   events_.push_back(std::move(e));
 }
 
@@ -90,14 +97,7 @@ void Trace::async_span(std::string name, std::string category, std::chrono::stea
                        std::chrono::steady_clock::time_point end, std::string arg_key, double value) {
   if (!enabled_) return;
   std::lock_guard lock(mutex_);
-  Event b;
-  b.ph = 'b';
-  b.name = std::move(name);
-  b.category = std::move(category);
-  b.ts_us = us_since_start(begin);
-  b.arg_key = std::move(arg_key);
-  b.value = value;
-  b.tid = tid_locked();
+  Event b = timed_event_locked('b', std::move(name), std::move(category), begin, std::move(arg_key), value);
   b.id = next_async_id_++;
   Event e = b;
   e.ph = 'e';

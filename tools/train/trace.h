@@ -119,6 +119,9 @@ class Trace {
   // Every event as Trace Event Format objects under `pid`, timestamps minus `shift_us`.
   std::vector<nlohmann::json> events_as_json(int pid, double shift_us) const;
 
+  // An event of phase `ph` on the calling thread at `begin` (the mutex held).
+  Event timed_event_locked(char ph, std::string name, std::string category,
+                           std::chrono::steady_clock::time_point begin, std::string arg_key, double value);
   double now_us() const;
   double us_since_start(std::chrono::steady_clock::time_point t) const;
   int tid_locked();  // the calling thread's small id (1, 2, ...), assigned on first use
