@@ -4,6 +4,13 @@
  */
 #include "nn/layers/containers.h"
 
+#include <optional>
+#include <typeinfo>
+
+#include "nn/layers/activation.h"
+#include "nn/layers/linear.h"
+#include "ops/ops.h"
+
 namespace loom::nn {
 namespace detail {
 
@@ -36,9 +43,40 @@ Sequential::Sequential(const std::vector<std::shared_ptr<Module>>& modules) {
   for (const auto& module : modules) push_back(module);
 }
 
+namespace {
+
+// A plain Linear followed by a ReLU or a tanh GELU, on a CUDA input that fits the Linear: one
+// linear_activation, whose activation (and bias) cuBLASLt applies in the GEMM's epilogue
+// (RELU_BIAS, GELU_AUX_BIAS) instead of another pass over the output. Elsewhere (the CPU, whose
+// linear_activation is the same ops unfused; the erf GELU, which cuBLASLt has no epilogue for;
+// subclasses of Linear, which may do more) nothing to fuse.
+std::optional<Activation> fusable_activation(const Module& layer, const Module& next, const Tensor& x) {
+  if (!x.defined() || !x.is_cuda() || typeid(layer) != typeid(Linear)) return std::nullopt;
+  const auto& linear = static_cast<const Linear&>(layer);
+  if (x.dim() < 1 || x.size(-1) != linear.in_features()) return std::nullopt;  // Linear names the error
+  if (typeid(next) == typeid(ReLU)) return Activation::Relu;
+  if (typeid(next) == typeid(GELU) && static_cast<const GELU&>(next).approximate() == "tanh")
+    return Activation::GeluTanh;
+  return std::nullopt;
+}
+
+}  // namespace
+
 Tensor Sequential::forward(const Tensor& input) {
   Tensor x = input;
-  for (const auto& module : *this) x = module->forward(x);
+  const size_t n = size();
+  for (size_t i = 0; i < n; ++i) {
+    Module& layer = *ptr(static_cast<int64_t>(i));
+    if (i + 1 < n) {
+      if (auto activation = fusable_activation(layer, *ptr(static_cast<int64_t>(i + 1)), x)) {
+        const auto& linear = static_cast<const Linear&>(layer);
+        x = linear_activation(x, linear.weight, linear.bias, *activation);
+        ++i;
+        continue;
+      }
+    }
+    x = layer.forward(x);
+  }
   return x;
 }
 

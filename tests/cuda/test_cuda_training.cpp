@@ -6,7 +6,8 @@
  * autocast (fp16 through the GradScaler on CUDA gradients); CausalSelfAttention's fused CUDA
  * attention gives the CPU's output and gradients; `train --device cuda` follows
  * `train --device cpu`'s logged losses for every model of the zoo (mlp, cnn, resnet, gpt), and a
- * run stopped mid-epoch and resumed on CUDA ends bit-identical to one never stopped.
+ * run stopped mid-epoch and resumed on CUDA ends bit-identical to one never stopped; a Sequential
+ * fuses Linear + ReLU / tanh GELU into linear_activation on CUDA only, with the CPU's numbers.
  */
 #include <doctest/doctest.h>
 
@@ -19,10 +20,14 @@
 
 #include "core/cuda.h"
 #include "core/random.h"
+#include "autograd/node.h"
 #include "data/builtin_datasets.h"
 #include "data/dataset_writer.h"
 #include "data/idx_reader.h"
+#include "nn/layers/activation.h"
 #include "nn/layers/attention.h"
+#include "nn/layers/containers.h"
+#include "nn/layers/linear.h"
 #include "nn/loss.h"
 #include "nn/models/gpt.h"
 #include "nn/models/mlp.h"
@@ -181,6 +186,38 @@ TEST_CASE("training: CausalSelfAttention on CUDA (fused attention) matches the C
     test::check_close(gpu_params[i].second.grad().to(kCPU), test::values(cpu_params[i].second.grad()),
                       kCudaTol);
   }
+}
+
+TEST_CASE("training: Sequential fuses Linear + ReLU / tanh GELU on CUDA into linear_activation, as the CPU computes") {
+  LOOM_REQUIRE_GPU();
+  const test::Tol kCudaTol{1e-5, 1e-5};
+  auto make = [] {
+    manual_seed(12);
+    return std::make_shared<nn::Sequential>(
+        std::make_shared<nn::Linear>(10, 12), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(12, 8),
+        std::make_shared<nn::GELU>("tanh"), std::make_shared<nn::Linear>(8, 6), std::make_shared<nn::GELU>());
+  };
+  auto cpu = make(), gpu = make();
+  gpu->to(Device::cuda());
+  Tensor x = randn({5, 10});
+  Tensor out_cpu = cpu->forward(x), out_gpu = gpu->forward(x.to(Device::cuda()));
+  test::check_close(out_gpu.to(kCPU), test::values(out_cpu), kCudaTol);
+  // The last pair (the erf GELU) stays unfused everywhere; on the CPU nothing is fused at all.
+  CHECK(out_gpu.grad_fn()->name().find("Gelu") != std::string::npos);
+  Tensor weights = randn({5, 6});
+  out_cpu.mul(weights).sum().backward();
+  out_gpu.mul(weights.to(Device::cuda())).sum().backward();
+  auto cpu_params = cpu->named_parameters(), gpu_params = gpu->named_parameters();
+  for (size_t i = 0; i < cpu_params.size(); ++i) {
+    CAPTURE(cpu_params[i].first);
+    test::check_close(gpu_params[i].second.grad().to(kCPU), test::values(cpu_params[i].second.grad()), kCudaTol);
+  }
+  // The fused pairs: one linear_activation node each, where the CPU has the activation's node.
+  Tensor hidden_gpu = nn::Sequential((*gpu).ptr(0), (*gpu).ptr(1)).forward(x.to(Device::cuda()));
+  Tensor hidden_cpu = nn::Sequential((*cpu).ptr(0), (*cpu).ptr(1)).forward(x);
+  CAPTURE(hidden_gpu.grad_fn()->name());
+  CHECK(hidden_gpu.grad_fn()->name().find("LinearActivation") != std::string::npos);
+  CHECK(hidden_cpu.grad_fn()->name().find("LinearActivation") == std::string::npos);
 }
 
 TEST_CASE("training: train --device cuda runs where CUDA is, and refuses clearly where it is not") {
