@@ -7,7 +7,9 @@
  *      and make that node ready once its count reaches zero.
  * Each node runs once, after all its consumers. Leaves are reached through AccumulateGrad.
  * For grad(), the gradients arriving at the inputs' nodes are captured instead, and only
- * the nodes on a path to them run (GradCapture, grad_capture.h).
+ * the nodes on a path to them run (GradCapture, grad_capture.h). A split backward
+ * (split_backward.h) is such a pass in which each node also skips, and leaves for later, its
+ * inputs' gradients that lead to no captured node.
  */
 #include "autograd/engine.h"
 
@@ -17,6 +19,7 @@
 #include "autograd/autograd_meta.h"
 #include "autograd/formulas/formulas.h"
 #include "autograd/grad_capture.h"
+#include "autograd/split_backward.h"
 #include "core/autocast.h"
 #include "ops/ops.h"
 
@@ -42,6 +45,28 @@ Tensor validate_grad(const Node& node, size_t i, Tensor grad) {
   return grad;
 }
 
+// The node now running in a split backward, and the inputs whose gradients it skips
+// (input_grad_skipped); set around one apply() and restored after it (a formula may run a
+// backward of its own, as checkpointing does).
+struct SkippedInputs {
+  const Node* node = nullptr;
+  const std::vector<bool>* skipped = nullptr;
+};
+thread_local SkippedInputs t_skipped;
+
+class SkipInputs {
+ public:
+  SkipInputs(const Node& node, const std::vector<bool>& skipped) : saved_(t_skipped) {
+    t_skipped = {&node, &skipped};
+  }
+  ~SkipInputs() { t_skipped = saved_; }
+  SkipInputs(const SkipInputs&) = delete;
+  SkipInputs& operator=(const SkipInputs&) = delete;
+
+ private:
+  SkippedInputs saved_;
+};
+
 struct ReadyOrder {  // newest node first; accumulators (max sequence number) before all
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr() < b->sequence_nr(); }
 };
@@ -55,9 +80,10 @@ class GraphTask {
   };
 
  public:
-  // capture: grad()'s, or null for backward().
-  GraphTask(bool keep_graph, bool create_graph, GradCapture* capture)
-      : keep_graph_(keep_graph), create_graph_(create_graph), capture_(capture) {}
+  // capture: grad()'s, or null for backward(). deferred (with capture): the first pass of a
+  // split backward, which leaves there the gradients of the inputs that lead to no captured node.
+  GraphTask(bool keep_graph, bool create_graph, GradCapture* capture, DeferredWeightGrads* deferred = nullptr)
+      : keep_graph_(keep_graph), create_graph_(create_graph), capture_(capture), deferred_(deferred) {}
 
   void run(const std::vector<Edge>& roots, const std::vector<Tensor>& root_grads) {
     count_dependencies(roots);
@@ -135,9 +161,27 @@ class GraphTask {
       const TensorMeta& m = node.output_meta()[i];
       grads[i] = zeros(m.sizes, TensorOptions(m.dtype).device(m.device));
     }
+    const std::vector<bool> skipped = deferred_ ? defer_uncaptured_inputs(node, grads) : std::vector<bool>();
+    SkipInputs skipping(node, skipped);
     Grads outputs = node.apply(std::move(grads));
-    if (!keep_graph_) node.release_saved();
+    // A split backward keeps only what its second pass reads: the deferred nodes' saved tensors.
+    if (!keep_graph_ || (deferred_ && skipped.empty())) node.release_saved();
     return outputs;
+  }
+
+  // The inputs of `node` whose gradients lead to no captured node: recorded in deferred_ with
+  // the gradients the node received, and returned for the formula to skip.
+  std::vector<bool> defer_uncaptured_inputs(Node& node, const Grads& grads) {
+    std::vector<bool> owed(node.num_inputs(), false);
+    bool any = false;
+    for (size_t i = 0; i < node.num_inputs(); ++i) {
+      const Edge& e = node.next_edge(i);
+      owed[i] = e.valid() && !capture_->needed(e.node.get());
+      any = any || owed[i];
+    }
+    if (!any) return {};
+    deferred_->entries.push_back({node.shared_from_this(), grads, owed});
+    return owed;
   }
 
   bool keep_graph_, create_graph_;
@@ -145,6 +189,7 @@ class GraphTask {
                      PoolAllocator<std::pair<Node* const, NodeState>>>
       state_;
   GradCapture* capture_;
+  DeferredWeightGrads* deferred_;
 };
 
 // The root edges and their initial gradients (ones for one-element outputs).
@@ -205,6 +250,63 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
                ") was not used to compute the outputs; pass allow_unused=true if that is expected");
   }
   return result;
+}
+
+std::vector<Tensor> grad_deferring_weights(const std::vector<Tensor>& outputs,
+                                           const std::vector<Tensor>& inputs,
+                                           const std::vector<Tensor>& grad_outputs,
+                                           DeferredWeightGrads& deferred) {
+  AutocastExcludeGuard no_autocast;
+  LOOM_CHECK(!inputs.empty(),
+             "autograd::grad_deferring_weights: no inputs; use backward() for the whole pass");
+  std::vector<Edge> roots;
+  std::vector<Tensor> grads;
+  make_roots(outputs, grad_outputs, roots, grads);
+  GradCapture capture(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Edge edge = gradient_edge(inputs[i]);
+    LOOM_CHECK(edge.valid(), "autograd::grad_deferring_weights: input ", i, " (shape ", inputs[i].sizes(),
+               ") does not require grad");
+    capture.capture(edge, i);
+  }
+  // The graph stays: W runs the deferred nodes' formulas again, on their saved tensors.
+  GraphTask(/*keep_graph=*/true, /*create_graph=*/false, &capture, &deferred).run(roots, grads);
+  std::vector<Tensor> result = capture.result();
+  for (size_t i = 0; i < result.size(); ++i)
+    LOOM_CHECK(result[i].defined(), "autograd::grad_deferring_weights: input ", i, " (shape ",
+               inputs[i].sizes(), ") was not used to compute the outputs");
+  return result;
+}
+
+void run_deferred_weight_grads(DeferredWeightGrads& deferred) {
+  AutocastExcludeGuard no_autocast;
+  AutoGradMode mode(false);
+  // Each deferred node's owed gradients (its formula with the others skipped), then one pass
+  // from all of them together, so that a leaf reached from several nodes accumulates once.
+  std::vector<Edge> roots;
+  std::vector<Tensor> grads;
+  for (DeferredWeightGrads::Entry& entry : deferred.entries) {
+    Node& node = *entry.node;
+    std::vector<bool> done_in_first_pass(entry.owed.size());
+    for (size_t i = 0; i < entry.owed.size(); ++i) done_in_first_pass[i] = !entry.owed[i];
+    Grads outputs;
+    {
+      SkipInputs skipping(node, done_in_first_pass);
+      outputs = node.apply(std::move(entry.grads));
+    }
+    node.release_saved();
+    for (size_t i = 0; i < entry.owed.size(); ++i) {
+      if (!entry.owed[i] || i >= outputs.size() || !outputs[i].defined()) continue;
+      roots.push_back(node.next_edge(i));
+      grads.push_back(validate_grad(node, i, std::move(outputs[i])));
+    }
+  }
+  deferred.entries.clear();
+  if (!roots.empty()) GraphTask(/*keep_graph=*/false, /*create_graph=*/false, nullptr).run(roots, grads);
+}
+
+bool input_grad_skipped(const Node& node, size_t i) {
+  return t_skipped.node == &node && i < t_skipped.skipped->size() && (*t_skipped.skipped)[i];
 }
 
 }  // namespace loom::autograd

@@ -23,6 +23,7 @@
 
 #include "autograd/node.h"
 #include "autograd/saved_tensor.h"
+#include "autograd/split_backward.h"
 #include "core/object_pool.h"
 #include "ops/dispatch.h"
 
@@ -68,7 +69,10 @@ class GradContext {
   Tensor output(size_t i) const { return node_base().saved_output(i); }  // needs Save::outputs bit i
   const TensorMeta& input_meta(size_t i) const { return node_base().input_meta()[i]; }
   IntArrayRef input_sizes(size_t i) const { return input_meta(i).sizes; }
-  bool needs_grad(size_t i) const { return node_base().needs_input_grad(i); }
+  // False also for the gradients that the other pass of a split backward computes.
+  bool needs_grad(size_t i) const {
+    return node_base().needs_input_grad(i) && !input_grad_skipped(node_base(), i);
+  }
   size_t num_inputs() const { return node_base().num_inputs(); }
 
  private:

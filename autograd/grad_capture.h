@@ -30,6 +30,9 @@ class GradCapture {
   // a captured node and is not a leaf's accumulator (which would write the leaf's grad()).
   bool take(Node& node, const Grads& grads);
 
+  // Whether `node` leads to a captured node (after mark_needed).
+  bool needed(Node* node) const { return needed_.count(node) > 0; }
+
   // One gradient per input, undefined where none arrived.
   std::vector<Tensor> result() { return std::move(captured_); }
 

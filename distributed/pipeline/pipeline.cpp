@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "autograd/autograd.h"
+#include "autograd/split_backward.h"
 #include "core/error.h"
 #include "distributed/pipeline/step_recorder.h"
 #include "distributed/pipeline/tensor_messages.h"
@@ -156,6 +157,7 @@ StepStats PipelineStageRunner::train_step(const Tensor& input, const Tensor& tar
   const int64_t model_stages = p * v;
   // What a (chunk c, micro-batch i) holds between its actions, at slot c·m + i.
   std::vector<Tensor> inputs(v * m), outputs(v * m), grads(v * m), losses(v * m), input_grads(v * m);
+  std::vector<autograd::DeferredWeightGrads> weight_work(v * m);  // ZB-H1: what B leaves for W
   PostedSends sends;
   double loss_sum = 0;
   // The step starts together on every rank, so that the trace's tracks share a time origin.
@@ -199,20 +201,23 @@ StepStats PipelineStageRunner::train_step(const Tensor& input, const Tensor& tar
         record.backward_done();
         break;
       case ActionType::BackwardInput:
-        // Zero-bubble's B: only the gradient that stage g-1 waits for. autograd::grad runs only
-        // the nodes between the output and the stage's input, but each of those computes all
-        // its inputs' gradients, weights' included, and drops the ones nobody captures; the
-        // graph is kept for W.
+        // Zero-bubble's B: only the gradient that stage g-1 waits for; each node's parameter
+        // gradients are left in weight_work[slot] (autograd/split_backward.h), with the graph.
+        // The first model stage sends no gradient: its B is empty and its W the whole backward.
         if (last) loss_sum += losses[slot].item<double>();
-        if (!first)
-          input_grads[slot] = autograd::grad({last ? losses[slot] : outputs[slot]}, {inputs[slot]},
-                                             {last ? Tensor() : grads[slot]}, /*retain_graph=*/true)[0];
+        if (!first) {
+          const Tensor root = last ? losses[slot] : outputs[slot], root_grad = last ? Tensor() : grads[slot];
+          input_grads[slot] =
+              autograd::grad_deferring_weights({root}, {inputs[slot]}, {root_grad}, weight_work[slot])[0];
+        }
         break;
       case ActionType::BackwardWeight:
         // Zero-bubble's W: the parameters' gradients, accumulated (and their hooks run) as by an
-        // unsplit backward. It walks the retained graph again, input chain included: the engine
-        // has no way to run only the weight halves of the nodes (docs/parallelism.md).
-        autograd::backward({last ? losses[slot] : outputs[slot]}, {last ? Tensor() : grads[slot]});
+        // unsplit backward.
+        if (first)
+          autograd::backward({last ? losses[slot] : outputs[slot]}, {last ? Tensor() : grads[slot]});
+        else
+          autograd::run_deferred_weight_grads(weight_work[slot]);
         outputs[slot] = grads[slot] = losses[slot] = Tensor();  // this micro-batch's graph and activations go
         record.backward_done();
         break;

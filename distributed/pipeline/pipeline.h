@@ -86,7 +86,8 @@ class PipelineStageRunner {
  public:
   // stage: this rank's layers; group: the pipeline group (stage s = group rank s). kind is GPipe,
   // OneFOneB or ZeroBubbleH1 (Interleaved1F1B with this constructor is 1F1B: one chunk). Under
-  // ZeroBubbleH1 a micro-batch's graph stays until its W, so the stage holds up to p micro-batches
+  // ZeroBubbleH1, B keeps what W needs (the saved tensors of the nodes that owe a weight
+  // gradient, autograd/split_backward.h) until W, so the stage holds up to p micro-batches
   // (SimulationResult::peak_live_until_weight_grad), and StepStats::peak_live_microbatches counts
   // them so.
   PipelineStageRunner(std::shared_ptr<nn::Sequential> stage, std::shared_ptr<ProcessGroup> group, ScheduleKind kind,

@@ -94,9 +94,10 @@
  * which waits longest for its first gradient, holds the most). Interleaved 1F1B warms up longer:
  * rank r holds up to 2(p - r - 1) + (v - 1)p + 1 chunk micro-batches of 1/v of a stage each,
  * 11, 9, 7, 5 halves above, i.e. 5.5, 4.5, 3.5, 2.5 micro-batches: more than 1F1B, still not m.
- * ZB-H1 holds 1F1B's p - s micro-batches between F and B; counted until W (what B leaves for W:
- * in the paper the layers' inputs, in PipelineStageRunner the whole graph) stage s holds up to
- * (p - s) + s = p, the most 1F1B holds on any stage (stage 0): 4 on every stage above.
+ * ZB-H1 holds 1F1B's p - s micro-batches between F and B; counted until W (what B leaves for
+ * W: the saved tensors of the nodes that owe a weight gradient, autograd/split_backward.h),
+ * stage s holds up to (p - s) + s = p, the most 1F1B holds on any stage (stage 0): 4 on every
+ * stage above.
  * SimulationResult reports both counts.
  *
  * Deadlock freedom. With blocking send/recv a message completes only when both sides reach it
@@ -160,8 +161,8 @@ struct Action {
   bool is_send() const { return type == ActionType::SendActivation || type == ActionType::SendGrad; }
   bool is_recv() const { return type == ActionType::RecvActivation || type == ActionType::RecvGrad; }
 
-  // "F3", "B3" (Backward or BackwardInput), "W3", "send act 3 -> rank 2", "recv act 3 <- rank 0", "send grad 3 -> rank 0",
-  // "recv grad 3 <- rank 2".
+  // "F3", "B3" (Backward or BackwardInput), "W3", "send act 3 -> rank 2", "recv act 3 <- rank 0",
+  // "send grad 3 -> rank 0", "recv grad 3 <- rank 2".
   std::string to_string() const;
 
   bool operator==(const Action&) const = default;

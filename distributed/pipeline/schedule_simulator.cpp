@@ -255,8 +255,8 @@ SimulationResult simulate(const Schedule& schedule, const SimulationOptions& opt
   validate(schedule, "simulate");
   LOOM_CHECK(options.forward_cost >= 1 && options.backward_cost >= 1 && options.input_backward_cost >= 1 &&
                  options.weight_backward_cost >= 1,
-             "simulate: expected every cost >= 1, got forward_cost ", options.forward_cost, ", backward_cost ",
-             options.backward_cost, ", input_backward_cost ", options.input_backward_cost,
+             "simulate: expected every cost >= 1, got forward_cost ", options.forward_cost,
+             ", backward_cost ", options.backward_cost, ", input_backward_cost ", options.input_backward_cost,
              ", weight_backward_cost ", options.weight_backward_cost);
   return Simulation(schedule, options).run();
 }

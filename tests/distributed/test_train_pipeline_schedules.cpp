@@ -77,7 +77,8 @@ TEST_CASE("train --pipeline-schedule interleaved and zb-h1 end where 1f1b does")
   const int64_t p = world->size();
   const fs::path dir = test::shared_scratch("train_pipeline_schedules", "mlp");
   const fs::path data = test::tiny_image_dataset(dir, "images.h5", kExamples, 4);
-  const train::TrainSummary reference = run(mlp_options(data, dir / "1f1b", p, train::PipelineSchedule::kOneFOneB));
+  const train::TrainSummary reference =
+      run(mlp_options(data, dir / "1f1b", p, train::PipelineSchedule::kOneFOneB));
   const std::vector<double> reference_losses = train_losses(dir / "1f1b");
   struct Case {
     train::PipelineSchedule schedule;
@@ -100,7 +101,8 @@ TEST_CASE("train --pipeline-schedule interleaved and zb-h1 end where 1f1b does")
     if (world->rank() == 0) {  // rank 0 alone writes metrics.jsonl
       const std::vector<double> losses = train_losses(dir / name);
       REQUIRE(losses.size() == reference_losses.size());
-      for (size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == doctest::Approx(reference_losses[i]).epsilon(1e-5));
+      for (size_t i = 0; i < losses.size(); ++i)
+        CHECK(losses[i] == doctest::Approx(reference_losses[i]).epsilon(1e-5));
       const nlohmann::json pipeline = pipeline_line(dir / name);
       REQUIRE(pipeline.contains("ideal_bubble"));
       CHECK(pipeline.at("ideal_bubble").get<double>() == doctest::Approx(c.ideal_bubble));

@@ -195,10 +195,10 @@ void Parallelism::cut_pipeline(const std::shared_ptr<nn::Sequential>& net, const
   placement_ = placement_.stage(begin, end);
   tied_copies_ = distributed::restrict_to_stage(tied_copies_, begin, end);
   auto stage = pipe::stage_of(*net, begin, end);
-  const pipe::ScheduleKind kind = options_.pipeline_schedule == PipelineSchedule::kGPipe ? pipe::ScheduleKind::GPipe
-                                  : options_.pipeline_schedule == PipelineSchedule::kZeroBubbleH1
-                                      ? pipe::ScheduleKind::ZeroBubbleH1
-                                      : pipe::ScheduleKind::OneFOneB;
+  const pipe::ScheduleKind kind =
+      options_.pipeline_schedule == PipelineSchedule::kGPipe          ? pipe::ScheduleKind::GPipe
+      : options_.pipeline_schedule == PipelineSchedule::kZeroBubbleH1 ? pipe::ScheduleKind::ZeroBubbleH1
+                                                                      : pipe::ScheduleKind::OneFOneB;
   runner_ = std::make_unique<pipe::PipelineStageRunner>(stage, mesh_->pipeline_group_ptr(), kind,
                                                         options_.microbatches);
   local_ = stage;
@@ -229,19 +229,22 @@ void Parallelism::cut_interleaved_pipeline(const std::shared_ptr<nn::Sequential>
       return std::to_string(std::stoll(name.substr(0, dot)) + offset) + name.substr(dot);
     };
     const distributed::ModelPlacement chunk = placement_.stage(begin, end);
-    for (auto [from, to] : {std::pair{&chunk.pieces, &placement.pieces}, std::pair{&chunk.copies, &placement.copies}})
+    for (auto [from, to] :
+         {std::pair{&chunk.pieces, &placement.pieces}, std::pair{&chunk.copies, &placement.copies}})
       for (distributed::ShardPlacement piece : *from) {
         piece.local_name = shifted(piece.local_name);
         to->push_back(piece);
       }
     for (const std::string& name : chunk.replicated) placement.replicated.insert(shifted(name));
-    for (const std::string& name : distributed::restrict_to_stage(tied_copies_, begin, end)) tied.insert(shifted(name));
+    for (const std::string& name : distributed::restrict_to_stage(tied_copies_, begin, end))
+      tied.insert(shifted(name));
     chunks.push_back(pipe::stage_of(*net, begin, end));
     for (int64_t i = begin; i < end; ++i) all->push_back(net->ptr(i));
   }
   placement_ = std::move(placement);
   tied_copies_ = std::move(tied);
-  runner_ = std::make_unique<pipe::PipelineStageRunner>(chunks, mesh_->pipeline_group_ptr(), options_.microbatches);
+  runner_ =
+      std::make_unique<pipe::PipelineStageRunner>(chunks, mesh_->pipeline_group_ptr(), options_.microbatches);
   local_ = all;
 #else
   (void)net;
