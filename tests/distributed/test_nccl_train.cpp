@@ -1,5 +1,5 @@
 /*
- * `train --device cuda` with --dp / --tp / --pp / --zero under mpirun (2 and 4 ranks): the
+ * `train --device cuda` with --dp / --tp / --pp / --zero (1, 2 and 3) under mpirun (2 and 4 ranks): the
  * model's tensors on each rank's GPU and every collective of the job over the NCCL group, the
  * job's own agreements (sums of metrics, checkpoint votes) over MPI.
  *
@@ -83,7 +83,7 @@ TEST_CASE("train --device cuda over NCCL: every mesh equals one CPU process with
   fs::path dir = test::shared_scratch("nccl_train", "meshes");
   fs::path data = test::tiny_image_dataset(dir, "tiny.h5", kExamples, 4);
   std::vector<Mesh> meshes;
-  if (n == 2) meshes = {{.dp = 2}, {.dp = 2, .zero = 2}, {.tp = 2}, {.pp = 2}};
+  if (n == 2) meshes = {{.dp = 2}, {.dp = 2, .zero = 2}, {.dp = 2, .zero = 3}, {.tp = 2}, {.pp = 2}};
   else meshes = {{.dp = 4, .zero = 1}, {.dp = 2, .tp = 2}, {.dp = 2, .pp = 2}};
   for (const Mesh& m : meshes) {
     CAPTURE(m.name());
