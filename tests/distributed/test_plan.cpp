@@ -9,6 +9,8 @@
  *   - memory: the peak of the bytes live in tensor storage during the step, as an allocator that
  *     wraps the CPU allocator counts them (AllocatorStats::peak_allocated_bytes, at the requested
  *     sizes rather than the size classes), is within kMemoryTolerance of the prediction;
+ *   - a GPT (2 blocks, d 32) in one process and as TensorParallelGPT over all N ranks: the
+ *     same checks, the memory within kGptMemoryTolerance;
  *   - the model sizes match the real modules' parameter counts; the counters follow the model
  *     for every collective, native and ring alike; bad layouts are named.
  * Rank 0 prints the table (layout, predicted, measured, error) that docs/parallelism.md quotes.
@@ -30,6 +32,7 @@
 #include "distributed/pipeline/pipeline.h"
 #include "distributed/plan/plan_report.h"
 #include "distributed/plan/planner.h"
+#include "distributed/tensor_parallel/gpt.h"
 #include "distributed/tensor_parallel/split_model.h"
 #include "distributed/zero.h"
 #include "distributed/zero3.h"
@@ -46,8 +49,11 @@ using plan::Layout;
 
 namespace {
 
-// Measured peak / predicted peak must lie in [1 - tol, 1 + tol].
+// Measured peak / predicted peak must lie in [1 - tol, 1 + tol]. The GPT's activations are
+// Korthikanti et al.'s count (model_spec.h), which Loom's blocks undercut by about a tenth at
+// this size: the peak comes out 3-8% below the prediction.
 constexpr double kMemoryTolerance = 0.05;
+constexpr double kGptMemoryTolerance = 0.10;
 const std::vector<int64_t> kSizes = {64, 256, 256, 32};
 constexpr int64_t kRankBatch = 32;  // samples per data-parallel rank and step
 
@@ -144,7 +150,8 @@ Measured measure(const std::function<std::function<void()>()>& build, ProcessGro
 }
 
 // One row of the table, printed by every rank (the stages of a pipeline differ), and the checks.
-void compare(const std::string& name, const plan::StagePrediction& predicted, const Measured& measured) {
+void compare(const std::string& name, const plan::StagePrediction& predicted, const Measured& measured,
+             double tolerance = kMemoryTolerance) {
   const double want = predicted.memory.total();
   const double error = (static_cast<double>(measured.peak_bytes) - want) / want;
   std::printf("| %-40s | %4d | %9.0f | %9lld | %+6.1f%% | %9lld | %9.0f | %9llu |\n", name.c_str(),
@@ -153,7 +160,7 @@ void compare(const std::string& name, const plan::StagePrediction& predicted, co
               static_cast<unsigned long long>(measured.data_bytes + measured.tensor_bytes + measured.pipeline_bytes));
   std::fflush(stdout);
   CAPTURE(name);
-  CHECK(std::fabs(error) <= kMemoryTolerance);
+  CHECK(std::fabs(error) <= tolerance);
   CHECK(measured.data_bytes == static_cast<uint64_t>(std::llround(predicted.comm.data_parallel)));
   CHECK(measured.tensor_bytes == static_cast<uint64_t>(std::llround(predicted.comm.tensor_parallel)));
   CHECK(measured.pipeline_bytes == static_cast<uint64_t>(std::llround(predicted.comm.pipeline)));
@@ -254,6 +261,40 @@ Measured run_pipeline(const std::shared_ptr<ProcessGroup>& group, pipeline::Sche
       nullptr, nullptr, group.get());
 }
 
+
+// The GPT of the GPT rows: 2 blocks, d 32, 4 heads, 64 tokens, context 16; 8 sequences a step.
+constexpr plan::GptSizes kGpt{.layers = 2, .d_model = 32, .heads = 4, .vocab = 64, .context = 16};
+constexpr int64_t kGptBatch = 8;
+
+Measured run_gpt(const std::shared_ptr<ProcessGroup>& tensor_group) {
+  return measure(
+      [&]() -> std::function<void()> {
+        Generator g(7);
+        auto x = std::make_shared<Tensor>(randint(0, kGpt.vocab, {kGptBatch, kGpt.context}, DType::Int64, &g));
+        auto y = std::make_shared<Tensor>(randint(0, kGpt.vocab, {kGptBatch, kGpt.context}, DType::Int64, &g));
+        manual_seed(3);
+        nn::GPTConfig config{.vocab_size = kGpt.vocab, .context = kGpt.context, .n_layers = kGpt.layers,
+                             .n_heads = kGpt.heads, .d_model = kGpt.d_model};
+        if (!tensor_group) {
+          auto gpt = std::make_shared<nn::GPT>(config);
+          auto adam = std::make_shared<nn::Adam>(gpt->parameters());
+          return [=] {
+            Tensor logits = (*gpt)(*x);
+            nn::functional::cross_entropy(logits.reshape({-1, kGpt.vocab}), y->reshape({-1})).backward();
+            adam->step();
+            adam->zero_grad();
+          };
+        }
+        auto gpt = std::make_shared<TensorParallelGPT>(config, tensor_group);
+        auto adam = std::make_shared<nn::Adam>(gpt->parameters());
+        return [=] {
+          gpt->loss(*x, *y).backward();
+          adam->step();
+          adam->zero_grad();
+        };
+      },
+      nullptr, tensor_group.get(), nullptr);
+}
 }  // namespace
 
 TEST_CASE("plan: the model sizes are the modules' parameter counts") {
@@ -401,4 +442,14 @@ TEST_CASE("plan: ranking keeps what fits, fastest first; bad layouts are named")
   l.dp = 2, l.batch = 3;
   CHECK(test::error_of([&] { plan::predict(gpt, l); }).find("batch 3 is not divisible") != std::string::npos);
   CHECK(test::error_of([&] { plan::parse_size("eighty"); }).find("cannot read a memory size") != std::string::npos);
+}
+
+TEST_CASE("plan: GPT predictions against measured steps") {
+  auto world = test::world();
+  const plan::ModelSpec model = plan::gpt_spec(kGpt);
+  Layout l;
+  l.batch = kGptBatch;
+  compare("gpt " + l.describe(), plan::predict(model, l).stages[0], run_gpt(nullptr), kGptMemoryTolerance);
+  l.tp = world->size();
+  compare("gpt " + l.describe(), plan::predict(model, l).stages[0], run_gpt(world), kGptMemoryTolerance);
 }
