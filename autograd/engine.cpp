@@ -218,6 +218,33 @@ void make_roots(const std::vector<Tensor>& outputs, const std::vector<Tensor>& g
   }
 }
 
+// grad() and grad_deferring_weights() (`fn` in errors): the pass with the gradients that arrive
+// at `inputs` captured and returned.
+std::vector<Tensor> captured_grads(const char* fn, const std::vector<Tensor>& outputs,
+                                   const std::vector<Tensor>& inputs, const std::vector<Tensor>& grad_outputs,
+                                   bool keep_graph, bool create_graph, bool allow_unused,
+                                   DeferredWeightGrads* deferred) {
+  AutocastExcludeGuard no_autocast;  // backward runs in the forward's dtypes, as torch's
+  std::vector<Edge> roots;
+  std::vector<Tensor> grads;
+  make_roots(outputs, grad_outputs, roots, grads);
+  GradCapture capture(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Edge edge = gradient_edge(inputs[i]);
+    LOOM_CHECK(edge.valid(), fn, ": input ", i, " (shape ", inputs[i].sizes(), ") does not require grad");
+    capture.capture(edge, i);
+  }
+  // With no inputs there is nothing to capture, and the pass runs as backward()'s does.
+  GraphTask(keep_graph, create_graph, inputs.empty() ? nullptr : &capture, deferred).run(roots, grads);
+  std::vector<Tensor> result = capture.result();
+  for (size_t i = 0; i < result.size(); ++i) {
+    LOOM_CHECK(result[i].defined() || allow_unused, fn, ": input ", i, " (shape ", inputs[i].sizes(),
+               ") was not used to compute the outputs",
+               deferred ? "" : "; pass allow_unused=true if that is expected");
+  }
+  return result;
+}
+
 }  // namespace
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
@@ -232,50 +259,19 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs, std::optional<bool> retain_graph,
                          bool create_graph, bool allow_unused) {
-  AutocastExcludeGuard no_autocast;  // backward runs in the forward's dtypes, as torch's
-  std::vector<Edge> roots;
-  std::vector<Tensor> grads;
-  make_roots(outputs, grad_outputs, roots, grads);
-  GradCapture capture(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    Edge edge = gradient_edge(inputs[i]);
-    LOOM_CHECK(edge.valid(), "autograd::grad: input ", i, " (shape ", inputs[i].sizes(), ") does not require grad");
-    capture.capture(edge, i);
-  }
-  // With no inputs there is nothing to capture, and the pass runs as backward()'s does.
-  GraphTask(retain_graph.value_or(create_graph), create_graph, inputs.empty() ? nullptr : &capture).run(roots, grads);
-  std::vector<Tensor> result = capture.result();
-  for (size_t i = 0; i < result.size(); ++i) {
-    LOOM_CHECK(result[i].defined() || allow_unused, "autograd::grad: input ", i, " (shape ", inputs[i].sizes(),
-               ") was not used to compute the outputs; pass allow_unused=true if that is expected");
-  }
-  return result;
+  return captured_grads("autograd::grad", outputs, inputs, grad_outputs, retain_graph.value_or(create_graph),
+                        create_graph, allow_unused, nullptr);
 }
 
 std::vector<Tensor> grad_deferring_weights(const std::vector<Tensor>& outputs,
                                            const std::vector<Tensor>& inputs,
                                            const std::vector<Tensor>& grad_outputs,
                                            DeferredWeightGrads& deferred) {
-  AutocastExcludeGuard no_autocast;
   LOOM_CHECK(!inputs.empty(),
              "autograd::grad_deferring_weights: no inputs; use backward() for the whole pass");
-  std::vector<Edge> roots;
-  std::vector<Tensor> grads;
-  make_roots(outputs, grad_outputs, roots, grads);
-  GradCapture capture(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    Edge edge = gradient_edge(inputs[i]);
-    LOOM_CHECK(edge.valid(), "autograd::grad_deferring_weights: input ", i, " (shape ", inputs[i].sizes(),
-               ") does not require grad");
-    capture.capture(edge, i);
-  }
   // The graph stays: W runs the deferred nodes' formulas again, on their saved tensors.
-  GraphTask(/*keep_graph=*/true, /*create_graph=*/false, &capture, &deferred).run(roots, grads);
-  std::vector<Tensor> result = capture.result();
-  for (size_t i = 0; i < result.size(); ++i)
-    LOOM_CHECK(result[i].defined(), "autograd::grad_deferring_weights: input ", i, " (shape ",
-               inputs[i].sizes(), ") was not used to compute the outputs");
-  return result;
+  return captured_grads("autograd::grad_deferring_weights", outputs, inputs, grad_outputs, /*keep_graph=*/true,
+                        /*create_graph=*/false, /*allow_unused=*/false, &deferred);
 }
 
 void run_deferred_weight_grads(DeferredWeightGrads& deferred) {
