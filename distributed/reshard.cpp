@@ -4,6 +4,7 @@
 #include <charconv>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/error.h"
 #include "core/grad_mode.h"
@@ -356,20 +357,27 @@ RankTrainingState scatter_training_state(const FullTrainingState& full, const Ra
 
 RankTrainingState reshard_checkpoint(const nn::CheckpointParts& parts, const RankLayout& mine,
                                      const FullShapes& shapes) {
-  std::vector<RankLayout> layouts;
-  std::vector<RankTrainingState> ranks;
-  for (size_t r = 0; r < parts.sections.size(); ++r) {
+  std::vector<RankLayout> layouts(static_cast<size_t>(parts.ranks()));
+  std::vector<RankTrainingState> ranks(layouts.size());
+  std::set<std::string> read;  // the layouts of the saving ranks read so far
+  for (int r = 0; r < parts.ranks(); ++r) {
+    RankLayout layout;
     try {
-      layouts.push_back(rank_layout_from_metadata(parts.rank_metadata.at(r)));
+      layout = rank_layout_from_metadata(parts.rank_metadata.at(static_cast<size_t>(r)));
     } catch (const Error& e) {
       LOOM_FAIL("saving rank ", r, " of ", parts.path.string(), ": ", e.what());
     }
-    const auto& sections = parts.sections[r];
+    // A rank with the layout of a lower one (a data-parallel replica without ZeRO) holds the
+    // same values, of which the lower rank's win: its files are not read. It stays in the lists
+    // as a rank with no piece, so that messages name the saving ranks by their numbers.
+    if (!read.insert(rank_layout_to_json(layout)).second) continue;
+    const auto sections = parts.load_rank(r);
     auto section = [&](const char* name) {
       auto it = sections.find(name);
       return it == sections.end() ? nn::StateDict{} : it->second;
     };
-    ranks.push_back({section("model"), section("optimizer")});
+    layouts[static_cast<size_t>(r)] = std::move(layout);
+    ranks[static_cast<size_t>(r)] = {section("model"), section("optimizer")};
   }
   return scatter_training_state(gather_training_state(layouts, ranks, shapes), mine);
 }

@@ -16,7 +16,8 @@
  * Resharding is then two steps that need no collective: gather the whole state (under the
  * single-process names) from every saving rank's sections, each element from the lowest rank
  * that holds it; and take the loading rank's slices of it. Every rank of the loading job reads
- * the files of every saving rank from the shared run directory.
+ * the files it needs from the shared run directory: those of every saving rank but the replicas
+ * whose layout a lower rank has (data parallelism without ZeRO), which hold the same values.
  *
  * The whole optimizer state is keyed "<full parameter name>.<state name>" ("0.weight.exp_avg",
  * "0.weight.step"), plus the group's hyper-parameters "param_groups.0.<option>". A job's
@@ -106,7 +107,7 @@ FullTrainingState gather_training_state(const std::vector<RankLayout>& layouts,
 RankTrainingState scatter_training_state(const FullTrainingState& full, const RankLayout& layout);
 
 // Both steps for the rank of `mine`, from a checkpoint's parts (every saving rank's metadata
-// holds its layout under kLayoutMetadataKey). Throws loom::Error when a saving rank recorded no
+// holds its layout under kLayoutMetadataKey), reading the files of the saving ranks it needs. Throws loom::Error when a saving rank recorded no
 // layout (a checkpoint written before layouts were recorded), and as the two steps do.
 RankTrainingState reshard_checkpoint(const nn::CheckpointParts& parts, const RankLayout& mine,
                                      const FullShapes& shapes);

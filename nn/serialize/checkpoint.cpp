@@ -582,28 +582,27 @@ CheckpointParts CheckpointManager::load_dir_parts(const fs::path& step_dir, int6
   out.step = step;
   out.path = step_dir;
   out.metadata = meta["metadata"].dump();
-  auto load_files = [](const std::map<std::string, fs::path>& files) {
-    std::map<std::string, StateDict> sections;
-    for (const auto& [name, file] : files) sections.emplace(name, load_safetensors(file).tensors);
-    return sections;
-  };
   if (saved_by == 1) {
-    out.sections.push_back(load_files(listed_sections(meta, step_dir, where + "meta.json: ", "meta.json")));
+    out.files.push_back(listed_sections(meta, step_dir, where + "meta.json: ", "meta.json"));
     out.rank_metadata.push_back(out.metadata);
     return out;
   }
-  // Every rank's description first (stat only): an incomplete checkpoint is rejected before any
-  // tensor is read.
-  std::vector<std::map<std::string, fs::path>> files;
   for (int r = 0; r < saved_by; ++r) {
     const fs::path rank_dir = step_dir / rank_dir_name(r);
     const std::string rank_where = where + rank_dir_name(r) + "/";
     const Json description = read_description(rank_dir / "rank.json", step, rank_where);
-    files.push_back(listed_sections(description, rank_dir, rank_where + "rank.json: ", "rank.json"));
+    out.files.push_back(listed_sections(description, rank_dir, rank_where + "rank.json: ", "rank.json"));
     out.rank_metadata.push_back(description.contains("metadata") ? description["metadata"].dump() : "{}");
   }
-  for (const auto& rank_files : files) out.sections.push_back(load_files(rank_files));
   return out;
+}
+
+std::map<std::string, StateDict> CheckpointParts::load_rank(int r) const {
+  LOOM_CHECK(r >= 0 && r < ranks(), "CheckpointParts::load_rank: rank ", r, " of a checkpoint saved by ", ranks(),
+             " processes ('", path.string(), "')");
+  std::map<std::string, StateDict> sections;
+  for (const auto& [name, file] : files[static_cast<size_t>(r)]) sections.emplace(name, load_safetensors(file).tensors);
+  return sections;
 }
 
 }  // namespace loom::nn

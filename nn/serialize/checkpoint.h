@@ -59,16 +59,24 @@ struct Checkpoint {
 };
 
 // Every saving rank's part of one checkpoint, for a job of another layout that reshards it
-// (distributed/reshard.h): part r is what rank r of the saving job wrote.
+// (distributed/reshard.h): part r is what rank r of the saving job wrote. Complete (every file
+// there, of its recorded size) when load_latest_parts returns it; the tensors are read by
+// load_rank, so that a reader reads only the ranks it needs.
 struct CheckpointParts {
   int64_t step = 0;
-  std::vector<std::map<std::string, StateDict>> sections;  // per saving rank: "model", ...
+  // Per saving rank: section name ("model", ...) -> its file.
+  std::vector<std::map<std::string, std::filesystem::path>> files;
   // Per saving rank, the metadata JSON it gave save() (its own, not only rank 0's); "{}" for a
   // checkpoint written before ranks recorded theirs.
   std::vector<std::string> rank_metadata;
   std::string metadata;  // rank 0's, as Checkpoint::metadata
   std::filesystem::path path;
   std::string note;  // as Checkpoint::note
+
+  int ranks() const { return static_cast<int>(files.size()); }
+  // Saving rank r's sections. Throws loom::Error for r outside [0, ranks()) or a file that
+  // cannot be read.
+  std::map<std::string, StateDict> load_rank(int r) const;
 };
 
 // load_latest() of a checkpoint saved by another number of processes than the group has: not a
@@ -126,9 +134,9 @@ class CheckpointManager {
   // says how many. Every rank reads the same files, so all reach the same checkpoint.
   std::optional<Checkpoint> load_latest() const;
 
-  // The checkpoint load_latest() would choose, whatever number of processes saved it, with every
-  // saving rank's sections and metadata: what a job of another layout reads to reshard it. Reads
-  // every rank's files (each rank of the loading job does: no collective is needed).
+  // The checkpoint load_latest() would choose, whatever number of processes saved it: every
+  // saving rank's files and metadata, what a job of another layout reads to reshard it (each
+  // rank of the loading job reads them itself: no collective is needed).
   std::optional<CheckpointParts> load_latest_parts() const;
 
   // The checkpoint of one step; throws loom::Error (naming the file and the problem) if it

@@ -6,7 +6,8 @@
  *     group checkpoint, every rank reads all of it back (load_latest_parts) and gathers the whole
  *     state: the model equals every replica, each shard's moments sit at their flat offsets; the
  *     whole state cut for 1, 2, 3 and 4 replicas and gathered back is the same bits, cut for the
- *     saving layout it is every rank's own sections again, and it loads into a whole optimizer.
+ *     saving layout it is every rank's own sections again, and it loads into a whole optimizer;
+ *     replicas with one layout are read once (the others' files may be gone).
  *   - Tensor and pipeline parallelism: an mlp split over the world as a tensor-parallel group,
  *     trained a step; its gathered model equals gather_full_state_dict's, the round trip through
  *     one process and through two pipeline stages gives back every rank's sections.
@@ -86,9 +87,9 @@ nn::CheckpointGroup world_checkpoint_group() {
                              }};
 }
 
-// Saves this rank's sections and layout as one group checkpoint; every rank reads all of it back.
-nn::CheckpointParts save_and_read_back(const std::string& what, const RankTrainingState& mine,
-                                       const RankLayout& layout) {
+// Saves this rank's sections and layout as one group checkpoint; every rank finds all of it.
+// The files stay until remove_job_dir(what).
+nn::CheckpointParts save_and_find(const std::string& what, const RankTrainingState& mine, const RankLayout& layout) {
   const std::filesystem::path dir = job_dir(what);
   if (world()->rank() == 0) std::filesystem::remove_all(dir);
   world()->barrier();  // no rank saves before the old directory is gone
@@ -97,9 +98,13 @@ nn::CheckpointParts save_and_read_back(const std::string& what, const RankTraini
   manager.save(3, {{"model", mine.model}, {"optimizer", mine.optimizer}}, meta);
   std::optional<nn::CheckpointParts> parts = manager.load_latest_parts();
   REQUIRE(parts.has_value());
-  world()->barrier();  // every rank read it before rank 0 removes it
-  if (world()->rank() == 0) std::filesystem::remove_all(dir);
+  CHECK(parts->ranks() == world()->size());
   return *parts;
+}
+
+void remove_job_dir(const std::string& what) {
+  world()->barrier();  // every rank read what it needed before rank 0 removes it
+  if (world()->rank() == 0) std::filesystem::remove_all(job_dir(what));
 }
 
 std::vector<RankLayout> layouts_of(const nn::CheckpointParts& parts) {
@@ -110,7 +115,10 @@ std::vector<RankLayout> layouts_of(const nn::CheckpointParts& parts) {
 
 std::vector<RankTrainingState> sections_of(const nn::CheckpointParts& parts) {
   std::vector<RankTrainingState> ranks;
-  for (const auto& sections : parts.sections) ranks.push_back({sections.at("model"), sections.at("optimizer")});
+  for (int r = 0; r < parts.ranks(); ++r) {
+    const auto sections = parts.load_rank(r);
+    ranks.push_back({sections.at("model"), sections.at("optimizer")});
+  }
   return ranks;
 }
 
@@ -134,10 +142,15 @@ TEST_CASE("a ZeRO checkpoint reshards to 1, 2, 3 and 4 replicas and back, bit fo
     }
     const RankLayout mine = rank_layout(*model, {}, std::pair{zero.shard_begin(), zero.shard_end()});
     const RankTrainingState own{model->state_dict(), zero.inner().state_dict()};
-    const nn::CheckpointParts parts = save_and_read_back("zero" + std::to_string(stage), own, mine);
+    const std::string what = "zero" + std::to_string(stage);
+    const nn::CheckpointParts parts = save_and_find(what, own, mine);
     const FullShapes shapes = full_shapes_of(model->state_dict());
     const std::vector<RankLayout> saved = layouts_of(parts);
     const FullTrainingState full = gather_training_state(saved, sections_of(parts), shapes);
+    const RankTrainingState resharded = reshard_checkpoint(parts, mine, shapes);  // reads the files again
+    CHECK(bitwise_equal(resharded.model, own.model));
+    CHECK(bitwise_equal(resharded.optimizer, own.optimizer));
+    remove_job_dir(what);
 
     // The model is every replica; each shard's moments are at their offsets of the flat parameters.
     CHECK(bitwise_equal(full.model, model->state_dict()));
@@ -174,6 +187,20 @@ TEST_CASE("a ZeRO checkpoint reshards to 1, 2, 3 and 4 replicas and back, bit fo
     auto whole_optimizer = adamw(whole_model->parameters());
     whole_optimizer->load_state_dict(whole.optimizer);
     CHECK(bitwise_equal(whole_optimizer->state_dict(), whole.optimizer));
+
+    // Every rank saving that whole state (replicas without ZeRO): the ranks above 0 hold the same
+    // values under the same layout, so resharding reads rank 0's files alone; removing the others'
+    // after the checkpoint was found complete shows it.
+    const std::string replicas = what + "-replicas";
+    const nn::CheckpointParts copies = save_and_find(replicas, whole, rank_layout(*whole_model, {}));
+    world()->barrier();  // every rank found the checkpoint complete
+    if (world()->rank() == 0)
+      for (int r = 1; r < copies.ranks(); ++r) std::filesystem::remove(copies.files[r].at("model"));
+    world()->barrier();  // before any rank reads
+    const RankTrainingState from_rank_0 = reshard_checkpoint(copies, rank_layout(*whole_model, {}), shapes);
+    CHECK(bitwise_equal(from_rank_0.model, whole.model));
+    CHECK(bitwise_equal(from_rank_0.optimizer, whole.optimizer));
+    remove_job_dir(replicas);
   }
 }
 
@@ -195,9 +222,10 @@ TEST_CASE("a tensor-parallel checkpoint reshards to one process and to pipeline 
 
   const RankLayout mine = rank_layout(*split.net, split.placement);
   const RankTrainingState own{split.net->state_dict(), optimizer->state_dict()};
-  const nn::CheckpointParts parts = save_and_read_back("tp", own, mine);
+  const nn::CheckpointParts parts = save_and_find("tp", own, mine);
   const FullShapes shapes = full_shapes_of(full_model->state_dict());
   const FullTrainingState full = gather_training_state(layouts_of(parts), sections_of(parts), shapes);
+  remove_job_dir("tp");
 
   // The library's other assembly of the pieces (an all-reduce over zeros) agrees bit for bit.
   CHECK(bitwise_equal(full.model, gather_full_state_dict(*full_model, own.model, split.placement.pieces, true, *world())));
@@ -252,10 +280,7 @@ TEST_CASE("layouts that cannot be mapped fail, naming the tensor and the reason"
                       doctest::Contains("step counts of 0.weight disagree: 1 on saving rank 0, 2 on saving rank 1"));
   }
   SUBCASE("a checkpoint without layouts") {
-    nn::CheckpointParts parts;
-    parts.sections = {{{"model", one.model}, {"optimizer", one.optimizer}}};
-    parts.rank_metadata = {"{}"};
-    CHECK_THROWS_WITH(reshard_checkpoint(parts, whole, shapes), doctest::Contains("recorded no layout"));
+    CHECK_THROWS_WITH(rank_layout_from_metadata("{\"step\": 3}"), doctest::Contains("recorded no layout"));
   }
   SUBCASE("the layout's JSON round-trips; malformed JSON is refused") {
     RankLayout zero = whole;

@@ -269,7 +269,7 @@ nn::Checkpoint Trainer::resharded_checkpoint() {
   const json meta = json::parse(parts->metadata, nullptr, false);
   const json saved_mesh = meta.is_object() ? meta.value("mesh", json()) : json();
   const std::string layouts = "the checkpoint " + parts->path.string() + " was written by a job of " +
-                              (saved_mesh.is_null() ? std::to_string(parts->sections.size()) + " ranks" : saved_mesh.dump()) +
+                              (saved_mesh.is_null() ? std::to_string(parts->ranks()) + " ranks" : saved_mesh.dump()) +
                               ", this one is " + mesh_.dump();
   try {
     const json saved = meta.is_object() ? meta.value("options", json::object()) : json::object();
@@ -282,7 +282,7 @@ nn::Checkpoint Trainer::resharded_checkpoint() {
              " " + mine[same].get<std::string>());
     distributed::RankTrainingState state =
         distributed::reshard_checkpoint(*parts, job_.layout(), distributed::full_shapes_of(job_.full().state_dict()));
-    nn::Checkpoint out{.step = parts->step, .sections = parts->sections.front(), .metadata = parts->metadata,
+    nn::Checkpoint out{.step = parts->step, .sections = parts->load_rank(0), .metadata = parts->metadata,
                        .path = parts->path, .note = parts->note};
     out.sections["model"] = std::move(state.model);
     out.sections["optimizer"] = std::move(state.optimizer);
