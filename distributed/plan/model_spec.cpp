@@ -111,6 +111,7 @@ ModelSpec gpt_spec(const GptSizes& g) {
                                 .tp_backward_all_reduce = s * h});
   spec.input_bytes_per_sample = s * 8;
   spec.target_bytes_per_sample = s * 8;
+  if (g.tie_weights) spec.tied_split = v * h;
   spec.split_widths = {a, h};  // the vocabulary is padded to a multiple of t (Megatron pads it)
   // 6 flops per parameter and token (forward 2, backward 4), plus attention's QK^T and AV:
   // 12 · layers · s · h per token (Kaplan et al. 2020, table 1, forward and backward).

@@ -52,6 +52,10 @@ struct ModelSpec {
   // d_model): a tensor degree must divide each.
   std::vector<int64_t> split_widths;
   double flops_per_sample = 0;  // forward and backward: 6 per parameter and token (+ attention)
+  // A weight the first and last units share (the gpt's tied head: the token embedding, split
+  // over the tensor ranks): pipelined, the last stage holds a copy and every stage all-reduces
+  // its gradient over the pipeline group (gradient_sync.h, sum_tied_gradient). 0: none.
+  int64_t tied_split = 0;
 
   int64_t params() const;
   bool tensor_degree_ok(int64_t t) const;

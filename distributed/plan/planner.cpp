@@ -126,7 +126,12 @@ Prediction predict(const ModelSpec& model, const Layout& l, const Hardware& hard
     StagePrediction st;
     st.first_unit = bounds[static_cast<size_t>(s)];
     st.end_unit = bounds[static_cast<size_t>(s + 1)];
-    const StageUnits u = sum_units(model, st.first_unit, st.end_unit, t);
+    StageUnits u = sum_units(model, st.first_unit, st.end_unit, t);
+    const double tied = ceil_div(static_cast<double>(model.tied_split), static_cast<double>(t));
+    if (p > 1 && s == p - 1 && tied > 0) {  // the last stage's copy of the tied weight
+      u.params += tied;
+      u.tensors += 1;
+    }
     st.params = static_cast<int64_t>(u.params);
     const double shard = ceil_div(u.params, static_cast<double>(n));  // S = ceil(Ψ / N)
     MemoryBreakdown& mem = st.memory;
@@ -208,6 +213,8 @@ Prediction predict(const ModelSpec& model, const Layout& l, const Hardware& hard
       if (s > 0) comm.pipeline += md * (kFp32 * in_elements * micro + kShapeHeaderBytes);
       // The loss goes from the last stage down a chain that ends on stage p - 2.
       if (s != p - 2) comm.pipeline += kLossBytes;
+      // Every stage takes part in the tied weight's gradient sum (the middle ones add zeros).
+      if (tied > 0) comm.pipeline += all_reduce_sent(kFp32 * tied, p);
     }
 
     // Tensor parallelism: every micro-batch's collectives (the forward ones again when

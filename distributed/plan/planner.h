@@ -36,8 +36,10 @@
  *   tp             per micro-batch, the units' all-reduces 2(t-1)/t · bytes and all-gathers
  *                  (t-1)/t · bytes (model_spec.h)
  *   pp             per micro-batch: the activation to the next stage, the gradient to the
- *                  previous one (each with its 72-byte shape header), and the loss broadcast
- *                  at the end of the step (8 bytes, from the last stage)
+ *                  previous one (each with its 72-byte shape header), the loss broadcast
+ *                  at the end of the step (8 bytes, from the last stage), and for a tied
+ *                  GPT head the all-reduce of its gradient over the pipeline group (the last
+ *                  stage holds a copy of the weight)
  * The bubble is the schedule simulator's (pipeline/schedule_simulator.h): the idle fraction of
  * the first stage (backward costing twice a forward), which the others match.
  */
