@@ -18,7 +18,9 @@ using Json = nlohmann::json;
 constexpr std::string_view kStatePrefix = "state.", kGroupPrefix = "param_groups.";
 
 // Per-element state ("exp_avg") has the parameter's shape; the step count is one number.
-bool is_scalar_state(std::string_view name) { return name == "step"; }
+bool is_scalar_state(std::string_view name) {
+  return name == "step";
+}
 
 std::string shape_text(IntArrayRef shape) {
   std::string text = "[";
@@ -36,7 +38,9 @@ Partial unknown(const std::vector<int64_t>& shape, const TensorOptions& options)
   return {zeros(shape, options), zeros(shape, TensorOptions(kBool))};
 }
 
-bool complete(const Partial& p) { return p.known.logical_not().sum().item<int64_t>() == 0; }
+bool complete(const Partial& p) {
+  return p.known.logical_not().sum().item<int64_t>() == 0;
+}
 
 // Copies the elements `from` knows and `to` does not yet: the first source of an element wins.
 void merge(Tensor to_value, Tensor to_known, const Tensor& from_value, const Tensor& from_known) {
@@ -88,8 +92,9 @@ std::vector<std::map<std::string, Partial>> per_parameter_state(const RankLayout
     const auto parsed = state_key(key);
     if (!parsed) continue;
     const auto& [index, name] = *parsed;
-    LOOM_CHECK(index < entries, "reshard: saving rank ", rank, "'s optimizer state '", key, "' is for entry ", index,
-               " but its layout has ", entries, layout.zero_shard ? " ZeRO shard views" : " parameters");
+    LOOM_CHECK(index < entries, "reshard: saving rank ", rank, "'s optimizer state '", key, "' is for entry ",
+               index, " but its layout has ", entries,
+               layout.zero_shard ? " ZeRO shard views" : " parameters");
     const size_t p = layout.zero_shard ? views[index].parameter : index;
     const LocalParameter& param = layout.parameters[p];
     if (is_scalar_state(name)) {
@@ -99,17 +104,17 @@ std::vector<std::map<std::string, Partial>> per_parameter_state(const RankLayout
     }
     Partial& slot = out[p].try_emplace(name, unknown(param.shape, value.options())).first->second;
     if (!layout.zero_shard) {
-      LOOM_CHECK(value.sizes() == IntArrayRef(param.shape), "reshard: saving rank ", rank, "'s optimizer state '", key,
-                 "' has shape ", shape_text(value.sizes()), " but its parameter ", param.name, " has ",
-                 shape_text(param.shape));
+      LOOM_CHECK(value.sizes() == IntArrayRef(param.shape), "reshard: saving rank ", rank,
+                 "'s optimizer state '", key, "' has shape ", shape_text(value.sizes()),
+                 " but its parameter ", param.name, " has ", shape_text(param.shape));
       slot.value.copy_(value);
       slot.known.fill_(true);
       continue;
     }
     const ShardView& view = views[index];
-    LOOM_CHECK(value.numel() == view.end - view.begin, "reshard: saving rank ", rank, "'s optimizer state '", key,
-               "' has ", value.numel(), " elements but its ZeRO shard holds ", view.end - view.begin, " of ",
-               param.name);
+    LOOM_CHECK(value.numel() == view.end - view.begin, "reshard: saving rank ", rank, "'s optimizer state '",
+               key, "' has ", value.numel(), " elements but its ZeRO shard holds ", view.end - view.begin,
+               " of ", param.name);
     slot.value.reshape({-1}).slice(0, view.begin, view.end).copy_(value.reshape({-1}));
     slot.known.reshape({-1}).slice(0, view.begin, view.end).fill_(true);
   }
@@ -123,13 +128,14 @@ void check_piece_fits(const ShardPlacement& piece, const LocalParameter& param, 
              piece.full_name, ", which this model does not have");
   const std::vector<int64_t>& full = it->second;
   bool fits = full.size() == param.shape.size() && piece.dim >= 0 &&
-              piece.dim < static_cast<int64_t>(full.size()) && piece.full_begin + piece.length <= full[piece.dim] &&
+              piece.dim < static_cast<int64_t>(full.size()) &&
+              piece.full_begin + piece.length <= full[piece.dim] &&
               piece.local_begin + piece.length <= param.shape[piece.dim];
   for (size_t d = 0; fits && d < full.size(); ++d)
     fits = static_cast<int64_t>(d) == piece.dim || full[d] == param.shape[d];
   LOOM_CHECK(fits, "reshard: saving rank ", rank, "'s ", param.name, " ", shape_text(param.shape), " holds ",
-             piece.full_name, "[", piece.full_begin, ", ", piece.full_begin + piece.length, ") along dim ", piece.dim,
-             ", which does not fit this model's ", piece.full_name, " ", shape_text(full),
+             piece.full_name, "[", piece.full_begin, ", ", piece.full_begin + piece.length, ") along dim ",
+             piece.dim, ", which does not fit this model's ", piece.full_name, " ", shape_text(full),
              " (was the checkpoint written for another model size?)");
 }
 
@@ -140,7 +146,9 @@ void place(const std::function<Partial&(const std::string&)>& whole, const Parti
   for (const ShardPlacement& p : param.pieces) {
     Partial& to = whole(p.full_name);
     auto full_slice = [&](const Tensor& t) { return t.slice(p.dim, p.full_begin, p.full_begin + p.length); };
-    auto local_slice = [&](const Tensor& t) { return t.slice(p.dim, p.local_begin, p.local_begin + p.length); };
+    auto local_slice = [&](const Tensor& t) {
+      return t.slice(p.dim, p.local_begin, p.local_begin + p.length);
+    };
     merge(full_slice(to.value), full_slice(to.known), local_slice(local.value), local_slice(local.known));
   }
 }
@@ -167,8 +175,11 @@ std::string rank_layout_to_json(const RankLayout& layout) {
   for (const LocalParameter& param : layout.parameters) {
     Json pieces = Json::array();
     for (const ShardPlacement& p : param.pieces)
-      pieces.push_back({{"full", p.full_name}, {"dim", p.dim}, {"full_begin", p.full_begin},
-                        {"local_begin", p.local_begin}, {"length", p.length}});
+      pieces.push_back({{"full", p.full_name},
+                        {"dim", p.dim},
+                        {"full_begin", p.full_begin},
+                        {"local_begin", p.local_begin},
+                        {"length", p.length}});
     parameters.push_back({{"name", param.name}, {"shape", param.shape}, {"pieces", pieces}});
   }
   Json out{{"parameters", parameters}, {"zero_shard", nullptr}};
@@ -181,15 +192,18 @@ RankLayout rank_layout_from_json(const std::string& text) {
   try {
     const Json j = Json::parse(text);
     for (const Json& param : j.at("parameters")) {
-      LocalParameter p{param.at("name").get<std::string>(), param.at("shape").get<std::vector<int64_t>>(), {}};
+      LocalParameter p{
+          param.at("name").get<std::string>(), param.at("shape").get<std::vector<int64_t>>(), {}};
       for (const Json& piece : param.at("pieces"))
-        p.pieces.push_back(ShardPlacement{p.name, piece.at("full").get<std::string>(), piece.at("dim").get<int64_t>(),
-                                          piece.at("full_begin").get<int64_t>(), piece.at("local_begin").get<int64_t>(),
-                                          piece.at("length").get<int64_t>()});
+        p.pieces.push_back(
+            ShardPlacement{p.name, piece.at("full").get<std::string>(), piece.at("dim").get<int64_t>(),
+                           piece.at("full_begin").get<int64_t>(), piece.at("local_begin").get<int64_t>(),
+                           piece.at("length").get<int64_t>()});
       layout.parameters.push_back(std::move(p));
     }
     if (!j.at("zero_shard").is_null())
-      layout.zero_shard = std::pair{j.at("zero_shard").at(0).get<int64_t>(), j.at("zero_shard").at(1).get<int64_t>()};
+      layout.zero_shard =
+          std::pair{j.at("zero_shard").at(0).get<int64_t>(), j.at("zero_shard").at(1).get<int64_t>()};
   } catch (const nlohmann::json::exception& e) {
     LOOM_FAIL("reshard: a rank layout is malformed (", e.what(), "): ", text.substr(0, 200));
   }
@@ -198,9 +212,10 @@ RankLayout rank_layout_from_json(const std::string& text) {
 
 RankLayout rank_layout_from_metadata(const std::string& rank_metadata) {
   const Json meta = Json::parse(rank_metadata, nullptr, false);
-  LOOM_CHECK(meta.is_object() && meta.contains(kLayoutMetadataKey),
-             "reshard: the rank recorded no layout (a checkpoint written before layouts were recorded); it resumes "
-             "only in the layout that wrote it");
+  LOOM_CHECK(
+      meta.is_object() && meta.contains(kLayoutMetadataKey),
+      "reshard: the rank recorded no layout (a checkpoint written before layouts were recorded); it resumes "
+      "only in the layout that wrote it");
   return rank_layout_from_json(meta[kLayoutMetadataKey].dump());
 }
 
@@ -211,11 +226,12 @@ FullShapes full_shapes_of(const nn::StateDict& full_model) {
 }
 
 FullTrainingState gather_training_state(const std::vector<RankLayout>& layouts,
-                                        const std::vector<RankTrainingState>& ranks, const FullShapes& shapes) {
+                                        const std::vector<RankTrainingState>& ranks,
+                                        const FullShapes& shapes) {
   LOOM_CHECK(layouts.size() == ranks.size() && !layouts.empty(), "reshard: ", layouts.size(), " layouts for ",
              ranks.size(), " ranks' sections");
   NoGradGuard no_grad;
-  std::map<std::string, Partial> model;                          // full name ->
+  std::map<std::string, Partial> model;                         // full name ->
   std::map<std::string, std::map<std::string, Partial>> state;  // full name -> state name ->
   std::map<std::string, std::pair<Tensor, int>> steps;          // full name -> (count, first rank)
   const nn::StateDict* groups = nullptr;  // the hyper-parameters, from the first rank with an optimizer
@@ -227,8 +243,8 @@ FullTrainingState gather_training_state(const std::vector<RankLayout>& layouts,
       const Tensor* value = ranks[r].model.find(param.name);
       LOOM_CHECK(value != nullptr, "reshard: saving rank ", rank, "'s model section has no ", param.name,
                  ", which its layout lists");
-      LOOM_CHECK(value->sizes() == IntArrayRef(param.shape), "reshard: saving rank ", rank, "'s ", param.name, " has shape ",
-                 shape_text(value->sizes()), ", its layout says ", shape_text(param.shape));
+      LOOM_CHECK(value->sizes() == IntArrayRef(param.shape), "reshard: saving rank ", rank, "'s ", param.name,
+                 " has shape ", shape_text(value->sizes()), ", its layout says ", shape_text(param.shape));
       const Partial local{*value, ones(param.shape, TensorOptions(kBool))};
       place(
           [&](const std::string& name) -> Partial& {
@@ -259,8 +275,8 @@ FullTrainingState gather_training_state(const std::vector<RankLayout>& layouts,
           const auto [it, first] = steps.try_emplace(piece.full_name, partial.value, rank);
           const double earlier = it->second.first.to(kFloat64).item<double>();
           LOOM_CHECK(first || earlier == count, "reshard: the optimizer step counts of ", piece.full_name,
-                     " disagree: ", earlier, " on saving rank ", it->second.second, ", ", count, " on saving rank ",
-                     rank);
+                     " disagree: ", earlier, " on saving rank ", it->second.second, ", ", count,
+                     " on saving rank ", rank);
         }
       }
     }
@@ -276,8 +292,8 @@ FullTrainingState gather_training_state(const std::vector<RankLayout>& layouts,
   }
   for (const auto& [name, by_state] : state)
     for (const auto& [state_name, partial] : by_state) {
-      LOOM_CHECK(complete(partial), "reshard: the saving ranks hold the optimizer's ", state_name, " of only part of ",
-                 name);
+      LOOM_CHECK(complete(partial), "reshard: the saving ranks hold the optimizer's ", state_name,
+                 " of only part of ", name);
       out.optimizer.insert(name + "." + state_name, partial.value);
     }
   for (const auto& [name, count] : steps) out.optimizer.insert(name + ".step", count.first);
@@ -297,7 +313,7 @@ RankTrainingState scatter_training_state(const FullTrainingState& full, const Ra
   // Each parameter, and each of its optimizer states, cut from the whole ones.
   std::vector<std::map<std::string, Tensor>> state(layout.parameters.size());
   auto cut = [](const Tensor& whole_of_first, const LocalParameter& param,
-                       const std::function<const Tensor*(const std::string&)>& whole) {
+                const std::function<const Tensor*(const std::string&)>& whole) {
     Partial local = unknown(param.shape, whole_of_first.options());
     for (const ShardPlacement& p : param.pieces) {
       const Tensor* source = whole(p.full_name);
@@ -313,12 +329,14 @@ RankTrainingState scatter_training_state(const FullTrainingState& full, const Ra
   };
   for (size_t i = 0; i < layout.parameters.size(); ++i) {
     const LocalParameter& param = layout.parameters[i];
-    LOOM_CHECK(!param.pieces.empty(), "reshard: the layout places ", param.name, " nowhere in the whole model");
+    LOOM_CHECK(!param.pieces.empty(), "reshard: the layout places ", param.name,
+               " nowhere in the whole model");
     const std::string& first = param.pieces.front().full_name;
     const Tensor* whole = full.model.find(first);
     LOOM_CHECK(whole != nullptr, "reshard: ", param.name, " is a piece of ", first,
                ", which the gathered model does not have");
-    out.model.insert(param.name, cut(*whole, param, [&full](const std::string& n) { return full.model.find(n); }));
+    out.model.insert(param.name,
+                     cut(*whole, param, [&full](const std::string& n) { return full.model.find(n); }));
     // The state names the gathered optimizer holds for this parameter's first whole tensor.
     const std::string prefix = first + ".";
     for (const auto& [key, value] : full.optimizer) {
@@ -328,7 +346,8 @@ RankTrainingState scatter_training_state(const FullTrainingState& full, const Ra
         state[i][name] = value;
         continue;
       }
-      state[i][name] = cut(value, param, [&full, &name](const std::string& n) { return full.optimizer.find(n + "." + name); });
+      state[i][name] = cut(
+          value, param, [&full, &name](const std::string& n) { return full.optimizer.find(n + "." + name); });
     }
   }
   const bool empty_shard = layout.zero_shard && layout.zero_shard->first >= layout.zero_shard->second;
@@ -383,8 +402,8 @@ RankTrainingState reshard_checkpoint(const nn::CheckpointParts& parts, const Ran
 }
 
 int64_t resharded_batch(int64_t old_batch, int64_t old_global_batch, int64_t new_global_batch) {
-  LOOM_CHECK(old_batch >= 0 && old_global_batch > 0 && new_global_batch > 0, "resharded_batch: batch ", old_batch,
-             " of global batches ", old_global_batch, " -> ", new_global_batch);
+  LOOM_CHECK(old_batch >= 0 && old_global_batch > 0 && new_global_batch > 0, "resharded_batch: batch ",
+             old_batch, " of global batches ", old_global_batch, " -> ", new_global_batch);
   return old_batch * old_global_batch / new_global_batch;
 }
 

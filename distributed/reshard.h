@@ -98,7 +98,8 @@ struct RankTrainingState {
 // its layout, the ranks' step counts of one parameter disagree, or the optimizers have other
 // than one parameter group.
 FullTrainingState gather_training_state(const std::vector<RankLayout>& layouts,
-                                        const std::vector<RankTrainingState>& ranks, const FullShapes& shapes);
+                                        const std::vector<RankTrainingState>& ranks,
+                                        const FullShapes& shapes);
 
 // The sections of the rank of `layout`: its parameters' slices of `full.model`, and its
 // optimizer's state (per parameter, or per ZeRO shard view) of `full.optimizer`. A rank whose
@@ -107,8 +108,9 @@ FullTrainingState gather_training_state(const std::vector<RankLayout>& layouts,
 RankTrainingState scatter_training_state(const FullTrainingState& full, const RankLayout& layout);
 
 // Both steps for the rank of `mine`, from a checkpoint's parts (every saving rank's metadata
-// holds its layout under kLayoutMetadataKey), reading the files of the saving ranks it needs. Throws loom::Error when a saving rank recorded no
-// layout (a checkpoint written before layouts were recorded), and as the two steps do.
+// holds its layout under kLayoutMetadataKey), reading the files of the saving ranks it needs.
+// Throws loom::Error when a saving rank recorded no layout (a checkpoint written before layouts
+// were recorded), and as the two steps do.
 RankTrainingState reshard_checkpoint(const nn::CheckpointParts& parts, const RankLayout& mine,
                                      const FullShapes& shapes);
 

@@ -15,7 +15,6 @@
  *     round-trips; the loader's batch moves to the same number of examples read.
  */
 #include <doctest/doctest.h>
-
 #include <unistd.h>
 
 #include <cstring>
@@ -44,7 +43,8 @@ bool bitwise_equal(const nn::StateDict& a, const nn::StateDict& b) {
     const Tensor* other = b.find(name);
     if (!other) return false;
     Tensor x = t.contiguous(), y = other->contiguous();
-    if (x.dtype() != y.dtype() || x.sizes() != y.sizes() || std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) != 0)
+    if (x.dtype() != y.dtype() || x.sizes() != y.sizes() ||
+        std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) != 0)
       return false;
   }
   return true;
@@ -76,7 +76,8 @@ std::pair<int64_t, int64_t> zero_shard(int64_t numel, int64_t n, int64_t r) {
 // The same directory name on every rank (their parent is mpirun), apart for concurrent jobs.
 std::filesystem::path job_dir(const std::string& what) {
   return std::filesystem::temp_directory_path() /
-         ("loom-test-reshard-" + what + "-" + std::to_string(::getppid()) + "-" + std::to_string(world()->size()));
+         ("loom-test-reshard-" + what + "-" + std::to_string(::getppid()) + "-" +
+          std::to_string(world()->size()));
 }
 
 nn::CheckpointGroup world_checkpoint_group() {
@@ -89,12 +90,14 @@ nn::CheckpointGroup world_checkpoint_group() {
 
 // Saves this rank's sections and layout as one group checkpoint; every rank finds all of it.
 // The files stay until remove_job_dir(what).
-nn::CheckpointParts save_and_find(const std::string& what, const RankTrainingState& mine, const RankLayout& layout) {
+nn::CheckpointParts save_and_find(const std::string& what, const RankTrainingState& mine,
+                                  const RankLayout& layout) {
   const std::filesystem::path dir = job_dir(what);
   if (world()->rank() == 0) std::filesystem::remove_all(dir);
   world()->barrier();  // no rank saves before the old directory is gone
   nn::CheckpointManager manager(dir, 1, world_checkpoint_group());
-  const std::string meta = std::string("{\"") + kLayoutMetadataKey + "\": " + rank_layout_to_json(layout) + "}";
+  const std::string meta =
+      std::string("{\"") + kLayoutMetadataKey + "\": " + rank_layout_to_json(layout) + "}";
   manager.save(3, {{"model", mine.model}, {"optimizer", mine.optimizer}}, meta);
   std::optional<nn::CheckpointParts> parts = manager.load_latest_parts();
   REQUIRE(parts.has_value());
@@ -156,10 +159,12 @@ TEST_CASE("a ZeRO checkpoint reshards to 1, 2, 3 and 4 replicas and back, bit fo
     CHECK(bitwise_equal(full.model, model->state_dict()));
     int64_t offset = 0, view = 0;
     for (const auto& [name, p] : model->named_parameters()) {
-      const int64_t lo = std::max(offset, zero.shard_begin()), hi = std::min(offset + p.numel(), zero.shard_end());
+      const int64_t lo = std::max(offset, zero.shard_begin()),
+                    hi = std::min(offset + p.numel(), zero.shard_end());
       if (lo < hi) {
         const Tensor mine_avg = zero.inner().state_dict().at("state." + std::to_string(view) + ".exp_avg");
-        const Tensor whole_avg = full.optimizer.at(name + ".exp_avg").reshape({-1}).slice(0, lo - offset, hi - offset);
+        const Tensor whole_avg =
+            full.optimizer.at(name + ".exp_avg").reshape({-1}).slice(0, lo - offset, hi - offset);
         CHECK(bitwise_equal({{"x", mine_avg}}, {{"x", whole_avg.contiguous()}}));
         CHECK(full.optimizer.at(name + ".step").item<double>() == 2.0);
         ++view;
@@ -212,7 +217,8 @@ std::shared_ptr<nn::Sequential> tensor_parallel_mlp() {
                                           std::make_shared<nn::Linear>(8, 4));
 }
 
-TEST_CASE("a tensor-parallel checkpoint reshards to one process and to pipeline stages and back, bit for bit") {
+TEST_CASE(
+    "a tensor-parallel checkpoint reshards to one process and to pipeline stages and back, bit for bit") {
   auto full_model = tensor_parallel_mlp();
   SplitSequential split = split_linear_layers(*full_model, world(), LastLinear::Gathered);
   auto optimizer = adamw(split.net->parameters());
@@ -228,7 +234,8 @@ TEST_CASE("a tensor-parallel checkpoint reshards to one process and to pipeline 
   remove_job_dir("tp");
 
   // The library's other assembly of the pieces (an all-reduce over zeros) agrees bit for bit.
-  CHECK(bitwise_equal(full.model, gather_full_state_dict(*full_model, own.model, split.placement.pieces, true, *world())));
+  CHECK(bitwise_equal(
+      full.model, gather_full_state_dict(*full_model, own.model, split.placement.pieces, true, *world())));
   CHECK(bitwise_equal(scatter_training_state(full, mine).optimizer, own.optimizer));
   CHECK(bitwise_equal(scatter_training_state(full, mine).model, own.model));
 
@@ -261,7 +268,8 @@ TEST_CASE("layouts that cannot be mapped fail, naming the tensor and the reason"
   SUBCASE("a tensor no rank holds") {
     RankLayout partial = whole;
     partial.parameters.back().pieces.front().length = 1;  // 2.bias: only its first element
-    CHECK_THROWS_WITH(gather_training_state({partial}, {one}, shapes), doctest::Contains("no saving rank holds all of 2.bias"));
+    CHECK_THROWS_WITH(gather_training_state({partial}, {one}, shapes),
+                      doctest::Contains("no saving rank holds all of 2.bias"));
   }
   SUBCASE("replicas whose step counts disagree") {
     auto trained = small_mlp();
@@ -276,8 +284,9 @@ TEST_CASE("layouts that cannot be mapped fail, naming the tensor and the reason"
       for (const auto& [name, t] : optimizer->state_dict()) now.optimizer.insert(name, t.clone());
       replicas.push_back(std::move(now));
     }
-    CHECK_THROWS_WITH(gather_training_state({whole, whole}, replicas, shapes),
-                      doctest::Contains("step counts of 0.weight disagree: 1 on saving rank 0, 2 on saving rank 1"));
+    CHECK_THROWS_WITH(
+        gather_training_state({whole, whole}, replicas, shapes),
+        doctest::Contains("step counts of 0.weight disagree: 1 on saving rank 0, 2 on saving rank 1"));
   }
   SUBCASE("a checkpoint without layouts") {
     CHECK_THROWS_WITH(rank_layout_from_metadata("{\"step\": 3}"), doctest::Contains("recorded no layout"));

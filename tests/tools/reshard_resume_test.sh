@@ -145,4 +145,10 @@ expect_error() {
 }
 expect_error E_optimizer "this job --optimizer sgd" --optimizer sgd
 expect_error E_model "does not fit" --d-model 32
+# --zero 3 (FSDP) checkpoints record no layout yet: refused, not misread.
+run 2 Z.log "${common[@]}" --dp 2 --zero 3 --batch 8 --out Z
+if "$train" --resume Z "${single[@]}" > Z1.log 2>&1; then cat Z1.log; fail "Z: a --zero 3 checkpoint was resharded"; fi
+grep -q '"zero":3}, this one is .*cannot be resharded: --zero 3 checkpoints are not resharded yet' Z1.log ||
+  { cat Z1.log; fail "Z: the error does not name both layouts and --zero 3"; }
+echo "Z: --zero 3 refused: $(grep -o 'cannot be resharded.*' Z1.log | head -1)"
 echo "reshard_resume_test: ok"
