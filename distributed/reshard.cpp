@@ -219,9 +219,9 @@ RankLayout rank_layout_from_metadata(const std::string& rank_metadata) {
   return rank_layout_from_json(meta[kLayoutMetadataKey].dump());
 }
 
-FullShapes full_shapes_of(const nn::StateDict& full_model) {
+FullShapes full_shapes_of(const nn::Module& full_model) {
   FullShapes shapes;
-  for (const auto& [name, t] : full_model) shapes.emplace(name, t.sizes().vec());
+  for (const auto& [name, t] : full_model.named_parameters()) shapes.emplace(name, t.sizes().vec());
   return shapes;
 }
 

@@ -78,8 +78,10 @@ RankLayout rank_layout_from_json(const std::string& json);
 RankLayout rank_layout_from_metadata(const std::string& rank_metadata);
 
 // The whole model's parameter shapes (full name -> sizes): what the loading job's model has.
+// Buffers (a BatchNorm's running statistics) are not in it: a layout places parameters only, and
+// a caller takes a buffer from a saving rank that holds it under the same name.
 using FullShapes = std::map<std::string, std::vector<int64_t>>;
-FullShapes full_shapes_of(const nn::StateDict& full_model);
+FullShapes full_shapes_of(const nn::Module& full_model);
 
 // The training state under the single-process names (see the header comment).
 struct FullTrainingState {

@@ -147,7 +147,7 @@ TEST_CASE("a ZeRO checkpoint reshards to 1, 2, 3 and 4 replicas and back, bit fo
     const RankTrainingState own{model->state_dict(), zero.inner().state_dict()};
     const std::string what = "zero" + std::to_string(stage);
     const nn::CheckpointParts parts = save_and_find(what, own, mine);
-    const FullShapes shapes = full_shapes_of(model->state_dict());
+    const FullShapes shapes = full_shapes_of(*model);
     const std::vector<RankLayout> saved = layouts_of(parts);
     const FullTrainingState full = gather_training_state(saved, sections_of(parts), shapes);
     const RankTrainingState resharded = reshard_checkpoint(parts, mine, shapes);  // reads the files again
@@ -229,7 +229,7 @@ TEST_CASE(
   const RankLayout mine = rank_layout(*split.net, split.placement);
   const RankTrainingState own{split.net->state_dict(), optimizer->state_dict()};
   const nn::CheckpointParts parts = save_and_find("tp", own, mine);
-  const FullShapes shapes = full_shapes_of(full_model->state_dict());
+  const FullShapes shapes = full_shapes_of(*full_model);
   const FullTrainingState full = gather_training_state(layouts_of(parts), sections_of(parts), shapes);
   remove_job_dir("tp");
 
@@ -256,7 +256,7 @@ TEST_CASE(
 TEST_CASE("layouts that cannot be mapped fail, naming the tensor and the reason") {
   auto model = small_mlp();
   const RankLayout whole = rank_layout(*model, {});
-  const FullShapes shapes = full_shapes_of(model->state_dict());
+  const FullShapes shapes = full_shapes_of(*model);
   const RankTrainingState one{model->state_dict(), adamw(model->parameters())->state_dict()};
 
   SUBCASE("another model size") {

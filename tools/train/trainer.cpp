@@ -281,9 +281,17 @@ nn::Checkpoint Trainer::resharded_checkpoint() {
         fail("it trained --" + std::string(same) + " " + saved[same].get<std::string>() + ", this job --" + same +
              " " + mine[same].get<std::string>());
     distributed::RankTrainingState state =
-        distributed::reshard_checkpoint(*parts, job_.layout(), distributed::full_shapes_of(job_.full().state_dict()));
+        distributed::reshard_checkpoint(*parts, job_.layout(), distributed::full_shapes_of(job_.full()));
     nn::Checkpoint out{.step = parts->step, .sections = parts->load_rank(0), .metadata = parts->metadata,
                        .path = parts->path, .note = parts->note};
+    // Buffers (a ResNet's BatchNorm statistics) are no parameters of a layout: saving rank 0's, by
+    // name (the models with buffers train whole, so the names are the same at every layout).
+    for (const auto& [name, buffer] : job_.local().state_dict()) {
+      if (state.model.contains(name)) continue;
+      const Tensor* saved_buffer = out.sections.at("model").find(name);
+      if (!saved_buffer) fail("saving rank 0 holds no " + name + ", which this job's model has");
+      state.model.insert(name, *saved_buffer);
+    }
     out.sections["model"] = std::move(state.model);
     out.sections["optimizer"] = std::move(state.optimizer);
     // Batch k of the saving job's replicas together was examples [k·D·b, (k+1)·D·b) of the
