@@ -1,13 +1,15 @@
 /*
  * Bench case `pipeline_bubble`: the pipeline bubble measured from a real step's trace against the
  * theory (p - 1) / (m + p - 1), for an MLP 784-1024x6-10 cut into p = world-size stages (by
- * parameter count), batch 256, m = 4, 8 and 16 micro-batches, GPipe and 1F1B; and interleaved
- * 1F1B with v = 2 chunks per rank (the MLP cut into 2p stages), whose theory is
- * (p - 1) / (v·m + p - 1).
+ * parameter count), batch 256, m = 4, 8 and 16 micro-batches, GPipe, 1F1B and zero-bubble ZB-H1;
+ * and interleaved 1F1B with v = 2 chunks per rank (the MLP cut into 2p stages).
  *
  *   bubble_measured  mean over stages of 1 - compute time / step span, from the trace (the step
  *                    with the median span of `samples` steps)
- *   bubble_theory    (p - 1) / (m + p - 1)
+ *   bubble_theory    the schedule simulator's mean over stages with tF = 1, tB + tW = 2 (tB = tW
+ *                    = 1 for ZB-H1's halves; schedule_simulator.h): (p - 1) / (m + p - 1) for
+ *                    GPipe and 1F1B, (p - 1) / (v·m + p - 1) interleaved, less for ZB-H1, whose W
+ *                    halves fill the 1F1B bubble
  *   peak_live        micro-batches of activations held by stage 0 at its peak (GPipe m, 1F1B p)
  *   peak_activation_mb  the bytes behind them: stage 0's allocator high-water mark above the
  *                    step's start (StepStats::peak_activation_bytes)
@@ -23,6 +25,7 @@
 
 #include "core/parallel.h"
 #include "distributed/pipeline/pipeline.h"
+#include "distributed/pipeline/schedule_simulator.h"
 #include "nn/nn.h"
 #include "ops/ops.h"
 #include "tools/bench_mpi/bench_mpi.h"
@@ -54,8 +57,8 @@ std::vector<Metric> pipeline_bubble(distributed::ProcessGroup& world_group, cons
   auto ce = [](const Tensor& out, const Tensor& target) { return nn::functional::cross_entropy(out, target); };
   std::vector<Metric> metrics;
   std::string last_trace;
-  for (pl::ScheduleKind kind :
-       {pl::ScheduleKind::GPipe, pl::ScheduleKind::OneFOneB, pl::ScheduleKind::Interleaved1F1B}) {
+  for (pl::ScheduleKind kind : {pl::ScheduleKind::GPipe, pl::ScheduleKind::OneFOneB, pl::ScheduleKind::Interleaved1F1B,
+                                pl::ScheduleKind::ZeroBubbleH1}) {
     const bool interleaved = kind == pl::ScheduleKind::Interleaved1F1B;
     const int64_t v = interleaved ? kChunks : 1;
     for (int64_t m : {4, 8, 16}) {
@@ -84,7 +87,10 @@ std::vector<Metric> pipeline_bubble(distributed::ProcessGroup& world_group, cons
       std::vector<double> bubble = pl::measured_bubble(median);
       double mean = 0;
       for (double b : bubble) mean += b / static_cast<double>(bubble.size());
-      const double theory = static_cast<double>(p - 1) / static_cast<double>(v * m + p - 1);
+      const pl::SimulationResult simulated =
+          pl::simulate(pl::make_schedule(kind, p, m, v), {.comm = pl::CommModel::Eager});
+      double theory = 0;
+      for (double b : simulated.bubble_fraction) theory += b / static_cast<double>(p);
       nlohmann::ordered_json extra{
           {"schedule", pl::schedule_kind_name(kind)}, {"stages", p}, {"chunks", v}, {"microbatches", m}};
       metrics.push_back({"bubble_measured", mean, "", extra});
