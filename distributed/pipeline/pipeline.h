@@ -28,6 +28,7 @@
  */
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -77,6 +78,8 @@ struct StepStats {
   // From the step's start on this rank to its last action (and its posted sends received). The
   // ranks start together only when tracing (a barrier first); otherwise each from its own call.
   double step_seconds = 0;
+  // When the step started on this rank: the time origin of last_events()' start_us.
+  std::chrono::steady_clock::time_point started;
   // This rank's idle share of the step, the measured counterpart of SimulationResult's
   // bubble_fraction: 1 - compute / step (0 for an empty step).
   double bubble_fraction() const { return step_seconds > 0 ? 1.0 - compute_seconds / step_seconds : 0.0; }

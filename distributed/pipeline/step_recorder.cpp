@@ -11,6 +11,7 @@ StepRecorder::StepRecorder(std::vector<Tensor> params, int64_t ranks, bool inter
     : params_(std::move(params)), ranks_(ranks), interleaved_(interleaved), tracing_(tracing), events_(events) {
   events_.clear();
   step_start_ = Clock::now();
+  stats_.started = step_start_;
   // Activation memory: live bytes of the stage's allocator above the step's starting point.
   allocator_ = get_allocator(params_.empty() ? DeviceType::CPU : params_.front().device().type());
   baseline_bytes_ = static_cast<int64_t>(allocator_->stats().allocated_bytes) - gradient_bytes();

@@ -315,6 +315,7 @@ TEST_CASE("train --tp / --pp on a GPT equals one process, and model.safetensors 
 }
 
 TEST_CASE("train --trace under mpirun: one trace, a process per rank, every collective with its bytes") {
+  // (and, with --pp, every rank's forwards and backwards per micro-batch)
   auto world = test::world();
   const int n = world->size();
   fs::path dir = shared_scratch("trace");
@@ -335,7 +336,7 @@ TEST_CASE("train --trace under mpirun: one trace, a process per rank, every coll
     if (world->rank() != 0) continue;
     std::ifstream in(o.trace);
     const nlohmann::json doc = nlohmann::json::parse(in);
-    std::map<int, std::set<std::string>> waited, in_flight;  // by process (rank)
+    std::map<int, std::set<std::string>> waited, in_flight, pipeline;  // by process (rank)
     std::set<std::string> processes;
     std::map<std::pair<int, int64_t>, double> flight_begin;
     for (const auto& e : doc.at("traceEvents")) {
@@ -345,6 +346,7 @@ TEST_CASE("train --trace under mpirun: one trace, a process per rank, every coll
         CHECK(e.at("args").at("bytes").get<double>() >= 0);
         waited[pid].insert(e.at("name").get<std::string>());
       }
+      if (e.value("cat", "") == "pipeline") pipeline[pid].insert(e.at("name").get<std::string>());
       if (e.value("ph", "") == "b") flight_begin[{pid, e.at("id").get<int64_t>()}] = e.at("ts").get<double>();
       if (e.value("ph", "") == "e") {
         // Every flight ends after it began, on the same rank.
@@ -362,6 +364,13 @@ TEST_CASE("train --trace under mpirun: one trace, a process per rank, every coll
         CHECK(waited[rank].count(name) == 1);
         CHECK(in_flight[rank].count(name) == 1);
       }
+    // With --pp each rank's traced steps also show its forwards and backwards per micro-batch.
+    if (m.pp > 1)
+      for (int rank = 0; rank < n; ++rank)
+        for (const char* name : {"F0", "F1", "B0", "B1"}) {
+          CAPTURE(rank);
+          CHECK(pipeline[rank].count(name) == 1);
+        }
   }
   world->barrier();  // every rank checked before rank 0 removes the files
   if (world->rank() == 0) fs::remove_all(dir);

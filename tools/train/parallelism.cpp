@@ -168,8 +168,9 @@ void Parallelism::max(std::vector<double>& values) {
 }
 
 void Parallelism::trace_communication(Trace* trace) {
+  run_trace_ = trace != nullptr && trace->enabled() ? trace : nullptr;
 #if LOOM_TRAIN_WITH_MPI
-  if (trace == nullptr || !trace->enabled()) {
+  if (run_trace_ == nullptr) {
     distributed::set_comm_sink({});
     return;
   }
@@ -274,6 +275,13 @@ double Parallelism::forward_backward(const Tensor& data, const Tensor& target, d
     distributed::pipeline::StepStats stats = runner_->train_step(data, target, loss);
     peak_live_ = std::max(peak_live_, stats.peak_live_microbatches);
     peak_bytes_ = std::max(peak_bytes_, stats.peak_activation_bytes);
+    if (traced && run_trace_ != nullptr)  // this rank's compute per micro-batch, on its own timeline
+      for (const auto& e : runner_->last_events())
+        if (e.compute) {
+          const auto begin = stats.started + std::chrono::microseconds(static_cast<int64_t>(e.start_us));
+          run_trace_->span(e.name, "pipeline", begin,
+                       begin + std::chrono::microseconds(static_cast<int64_t>(e.duration_us)));
+        }
     if (traced) {
       namespace pipe = distributed::pipeline;
       // Collective over the pipeline group: every stage's events to the group's first stage.

@@ -107,7 +107,8 @@ class Parallelism {
   void max(std::vector<double>& values);
   // Records every communication of this process in `trace` (distributed/comm_trace.h): each
   // wait as a span named by the operation and the group ("all_reduce data"), each whole flight as
-  // an async slice, both with the bytes. nullptr stops it. Not while collectives are in flight.
+  // an async slice, both with the bytes; and with --pp each traced step's forwards and backwards
+  // per micro-batch ("F3", "B3", "W3"). nullptr stops it. Not while collectives are in flight.
   void trace_communication(Trace* trace);
   // "rank 1 (dp 0, tp 1, pp 0)": the process name of this rank in a merged trace.
   std::string rank_name() const;
@@ -218,6 +219,7 @@ class Parallelism {
   Tensor tied_weight_;                 // gpt with --pp: the token embedding (on every rank)
   std::unique_ptr<nn::Optimizer> optimizer_;
   int64_t steps_run_ = 0;  // forward_backward calls, for choosing the traced ones
+  Trace* run_trace_ = nullptr;  // trace_communication's
 #if LOOM_TRAIN_WITH_MPI
   distributed::ModelPlacement placement_;  // where this rank's parameters sit in full_
   // world_: the MPI group of every rank, for the job's own agreements on host values (sums,

@@ -32,6 +32,7 @@
 #include "tools/train/parallelism.h"
 #include "tools/train/progress.h"
 #include "tools/train/report.h"
+#include "tools/train/resharded_resume.h"
 #include "tools/train/run_data.h"
 #include "tools/train/run_dir.h"
 #include "tools/train/stop_signal.h"
@@ -77,7 +78,6 @@ class Trainer {
   void make_loaders();
   void make_model();
   void resume();
-  nn::Checkpoint resharded_checkpoint();
   void open_run_dir();
   void print_header();
   bool train_epoch();  // false when the run stops
@@ -224,14 +224,14 @@ void Trainer::resume() {
   try {
     latest = checkpoints_->load_latest();
   } catch (const nn::WorldSizeMismatch&) {
-    latest = resharded_checkpoint();  // written by a job of another number of ranks
+    latest = resharded_checkpoint(o_, *checkpoints_, job_, mesh_, out_);  // another number of ranks
     resharded = true;
   }
   if (!latest) fail("--resume " + o_.resume + ": no checkpoint there to resume from");
   json meta = json::parse(latest->metadata, nullptr, false);
   // A checkpoint holds each rank's piece: another layout's pieces are cut anew.
   if (!resharded && !meta.is_discarded() && meta.contains("mesh") && meta["mesh"] != mesh_)
-    latest = resharded_checkpoint();
+    latest = resharded_checkpoint(o_, *checkpoints_, job_, mesh_, out_);
   if (!latest->note.empty()) out_ << "train: " << latest->note << "\n";
   const auto& s = latest->sections;
   job_.local().load_state_dict(s.at("model"));
@@ -255,60 +255,6 @@ void Trainer::resume() {
          " on a file system every rank sees?");
   if (job_.main()) truncate_metrics(fs::path(o_.out) / kMetricsFile, step_);
   out_ << "train: resuming " << o_.out << " at step " << step_ << " (epoch " << at.epoch + 1 << ")\n";
-}
-
-// The latest checkpoint of a job of another layout, as this rank's sections (docs/checkpoints.md,
-// "Resharding"): the model and optimizer state gathered whole from every saving rank's files and
-// cut to this rank's piece (distributed/reshard.h); the schedule, the loss scaler and the random
-// generator of saving rank 0; its loader position moved to the batch at which as many of the
-// epoch's examples were read with this job's global batch.
-nn::Checkpoint Trainer::resharded_checkpoint() {
-#if LOOM_TRAIN_WITH_MPI
-  std::optional<nn::CheckpointParts> parts = checkpoints_->load_latest_parts();
-  if (!parts) fail("--resume " + o_.resume + ": no checkpoint there to resume from");
-  const json meta = json::parse(parts->metadata, nullptr, false);
-  const json saved_mesh = meta.is_object() ? meta.value("mesh", json()) : json();
-  const std::string layouts = "the checkpoint " + parts->path.string() + " was written by a job of " +
-                              (saved_mesh.is_null() ? std::to_string(parts->ranks()) + " ranks" : saved_mesh.dump()) +
-                              ", this one is " + mesh_.dump();
-  try {
-    const json saved = meta.is_object() ? meta.value("options", json::object()) : json::object();
-    const json mine = to_json(o_);
-    // FSDP's pieces are layers' parameters sharded flat over the replicas: no layout records them yet.
-    if (saved_mesh.value("zero", 0) == 3 || o_.zero == 3) fail("--zero 3 checkpoints are not resharded yet");
-    for (const char* same : {"model", "optimizer"})
-      if (saved.contains(same) && saved[same] != mine[same])
-        fail("it trained --" + std::string(same) + " " + saved[same].get<std::string>() + ", this job --" + same +
-             " " + mine[same].get<std::string>());
-    distributed::RankTrainingState state =
-        distributed::reshard_checkpoint(*parts, job_.layout(), distributed::full_shapes_of(job_.full()));
-    nn::Checkpoint out{.step = parts->step, .sections = parts->load_rank(0), .metadata = parts->metadata,
-                       .path = parts->path, .note = parts->note};
-    // Buffers (a ResNet's BatchNorm statistics) are no parameters of a layout: saving rank 0's, by
-    // name (the models with buffers train whole, so the names are the same at every layout).
-    for (const auto& [name, buffer] : job_.local().state_dict()) {
-      if (state.model.contains(name)) continue;
-      const Tensor* saved_buffer = out.sections.at("model").find(name);
-      if (!saved_buffer) fail("saving rank 0 holds no " + name + ", which this job's model has");
-      state.model.insert(name, *saved_buffer);
-    }
-    out.sections["model"] = std::move(state.model);
-    out.sections["optimizer"] = std::move(state.optimizer);
-    // Batch k of the saving job's replicas together was examples [k·D·b, (k+1)·D·b) of the
-    // epoch's order, which every data-parallel size shares (make_loaders).
-    data::LoaderState at = data::LoaderState::from_map(nn::counters_from_state_dict(out.sections.at("loader")));
-    const int64_t saved_global_batch = saved_mesh.value("dp", int64_t{1}) * saved.value("batch", o_.batch);
-    at.batch = distributed::resharded_batch(at.batch, saved_global_batch, o_.dp * o_.batch);
-    out.sections["loader"] = nn::counters_to_state_dict(at.to_map());
-    out_ << "train: " << layouts << ": resharded\n";
-    return out;
-  } catch (const Error& e) {
-    fail("--resume " + o_.resume + ": " + layouts + ", and it cannot be resharded: " + e.what());
-  }
-#else
-  fail("--resume " + o_.resume + ": the checkpoint was written by a job of another layout; this train was built "
-       "without MPI, which resharding needs");
-#endif
 }
 
 // Rank 0 alone writes the run directory; the others learn whether it could.
