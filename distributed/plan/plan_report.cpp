@@ -51,7 +51,7 @@ std::string format_prediction(const ModelSpec& model, const Prediction& predicti
      << " per micro-batch), " << l.gpus() << " GPUs\n";
   if (l.pp > 1) {
     std::snprintf(line, sizeof line, "pipeline: %s, bubble %.1f%% of the step, %lld micro-batches in flight on stage 0\n",
-                  l.schedule == PipelineKind::GPipe ? "GPipe" : "1F1B", 100 * prediction.bubble,
+                  l.schedule == PipelineKind::GPipe ? "GPipe" : l.schedule == PipelineKind::ZeroBubbleH1 ? "ZB-H1" : "1F1B", 100 * prediction.bubble,
                   static_cast<long long>(prediction.peak_live_microbatches));
     os << line;
   }

@@ -113,10 +113,13 @@ Prediction predict(const ModelSpec& model, const Layout& l, const Hardware& hard
   // The schedule's bubble and how many micro-batches each stage holds at once.
   std::vector<int64_t> live(static_cast<size_t>(p), 1);
   if (p > 1) {
-    auto kind = l.schedule == PipelineKind::GPipe ? pipeline::ScheduleKind::GPipe : pipeline::ScheduleKind::OneFOneB;
+    const auto kind = l.schedule == PipelineKind::GPipe       ? pipeline::ScheduleKind::GPipe
+                      : l.schedule == PipelineKind::ZeroBubbleH1 ? pipeline::ScheduleKind::ZeroBubbleH1
+                                                                 : pipeline::ScheduleKind::OneFOneB;
     pipeline::SimulationResult sim = pipeline::simulate(pipeline::make_schedule(kind, p, m));
     out.bubble = sim.bubble_fraction.front();
-    live = sim.peak_live_activations;
+    // The runner frees a micro-batch's graph at its W (the whole backward but for zero-bubble).
+    live = sim.peak_live_until_weight_grad;
   }
   out.peak_live_microbatches = live.front();
 

@@ -55,7 +55,9 @@ namespace loom::distributed::plan {
 
 enum class Amp { None, Bf16, Fp16 };
 enum class OptimizerKind { Adam, SgdMomentum, Sgd };
-enum class PipelineKind { GPipe, OneFOneB };
+// ZeroBubbleH1: 1F1B's order with each backward split into B and W (pipeline/schedule.h); a stage
+// keeps a micro-batch's activations until its W.
+enum class PipelineKind { GPipe, OneFOneB, ZeroBubbleH1 };
 
 struct Layout {
   int64_t dp = 1, tp = 1, pp = 1;

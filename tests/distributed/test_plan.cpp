@@ -2,7 +2,7 @@
  * The parallelism planner (distributed/plan/) against measured runs, under mpirun with 2 and 4
  * ranks (N), on a tiny MLP 64-256-256-32 trained with Adam:
  *   - layouts dp N (DDP), dp N + ZeRO 1, 2 and 3 (ZeroOptimizer, FullyShardedDataParallel),
- *     tp N (split_linear_layers), pp 2 with 4 micro-batches (1F1B and GPipe), and on 4 ranks
+ *     tp N (split_linear_layers), pp 2 with 4 micro-batches (1F1B, GPipe and ZB-H1), and on 4 ranks
  *     dp 2 x tp 2: one step each after a warm-up step;
  *   - communication: the bytes the process groups count during the measured step
  *     (ProcessGroup::stats, process_group.h's model) equal the prediction exactly, per group;
@@ -375,10 +375,13 @@ TEST_CASE("plan: predictions match measured steps (memory within tolerance, byte
   }
   // pp 2 with 4 micro-batches, on ranks 0 and 1 (the others wait).
   std::shared_ptr<ProcessGroup> pipe = n == 2 ? world : world->new_group({0, 1});
-  for (auto [kind, name] : {std::pair{pipeline::ScheduleKind::OneFOneB, "1F1B"}, {pipeline::ScheduleKind::GPipe, "GPipe"}}) {
+  for (auto [kind, name] : {std::pair{pipeline::ScheduleKind::OneFOneB, "1F1B"}, {pipeline::ScheduleKind::GPipe, "GPipe"},
+                            {pipeline::ScheduleKind::ZeroBubbleH1, "ZB-H1"}}) {
     if (!pipe) break;
     Layout l = layout(1, 1, 2, 0, 4);
-    l.schedule = kind == pipeline::ScheduleKind::GPipe ? plan::PipelineKind::GPipe : plan::PipelineKind::OneFOneB;
+    l.schedule = kind == pipeline::ScheduleKind::GPipe          ? plan::PipelineKind::GPipe
+                 : kind == pipeline::ScheduleKind::ZeroBubbleH1 ? plan::PipelineKind::ZeroBubbleH1
+                                                                : plan::PipelineKind::OneFOneB;
     const plan::Prediction p = plan::predict(model, l);
     const Measured measured = run_pipeline(pipe, kind, 4, plan::stage_boundaries(model, 2));
     compare(l.describe() + " " + name, p.stages[static_cast<size_t>(pipe->rank())], measured);

@@ -97,7 +97,7 @@ TEST_CASE("plan: bad input is exit status 2 with a message naming it") {
       {{"--model", "mlp", "--amp", "fp8"}, "--amp fp8"},
       {{"--model", "mlp", "--rank"}, "--rank needs --gpus N and --memory SIZE"},
       {{"--model", "mlp", "--gpus", "4", "--memory", "lots", "--rank"}, "cannot read a memory size from 'lots'"},
-      {{"--model", "mlp", "--pipeline-schedule", "zb-h1"}, "the planner models gpipe and 1f1b"},
+      {{"--model", "mlp", "--pipeline-schedule", "interleaved"}, "the planner models gpipe, 1f1b and zb-h1"},
       {{"--frobnicate"}, "frobnicate"},
   };
   for (const Case& c : cases) {

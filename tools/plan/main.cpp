@@ -86,7 +86,8 @@ Layout make_layout(const PlanOptions& o) {
   else LOOM_FAIL("--optimizer ", o.optimizer, ": expected adam, adamw or sgd");
   if (o.schedule == "1f1b") l.schedule = PipelineKind::OneFOneB;
   else if (o.schedule == "gpipe") l.schedule = PipelineKind::GPipe;
-  else LOOM_FAIL("--pipeline-schedule ", o.schedule, ": the planner models gpipe and 1f1b");
+  else if (o.schedule == "zb-h1") l.schedule = PipelineKind::ZeroBubbleH1;
+  else LOOM_FAIL("--pipeline-schedule ", o.schedule, ": the planner models gpipe, 1f1b and zb-h1");
   return l;
 }
 
@@ -112,7 +113,7 @@ int run(int argc, char** argv) {
   app.add_option("--batch", o.layout.batch, "samples per optimizer step over all data-parallel ranks");
   app.add_option("--optimizer", o.optimizer, "adam, adamw or sgd (with --momentum)");
   app.add_option("--momentum", o.momentum, "sgd's momentum; 0 keeps no state (default 0.9)");
-  app.add_option("--pipeline-schedule", o.schedule, "gpipe or 1f1b (default)");
+  app.add_option("--pipeline-schedule", o.schedule, "gpipe, 1f1b (default) or zb-h1");
   app.add_option("--gpus", o.gpus, "with --rank: the number of GPUs to lay out");
   app.add_option("--memory", o.memory, "with --rank: memory per GPU, e.g. 80GB or 40GiB");
   app.add_flag("--rank", o.rank, "list the layouts of --gpus that fit --memory, fastest first");
