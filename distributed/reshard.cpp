@@ -1,6 +1,7 @@
 /* Gathering the whole training state from one layout's pieces and cutting another's (see reshard.h). */
 #include "distributed/reshard.h"
 
+#include <algorithm>
 #include <charconv>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -26,6 +27,27 @@ std::string shape_text(IntArrayRef shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
   return text + "]";
+}
+
+// The elements of `t` that a piece covers: a slice along its dim, or (a flat piece, dim -1) a
+// range of the flattened elements. A view: `t` is contiguous here (loaded or made whole).
+Tensor piece_of(const Tensor& t, int64_t dim, int64_t begin, int64_t length) {
+  if (dim >= 0) return t.slice(dim, begin, begin + length);
+  LOOM_CHECK(t.is_contiguous(), "reshard: a flat piece of a non-contiguous tensor");
+  return t.reshape({-1}).slice(0, begin, begin + length);
+}
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// A parameter all of whose pieces are flat (FullyShardedDataParallel's shards): its elements
+// outside every piece are padding.
+bool is_flat(const LocalParameter& param) {
+  return !param.pieces.empty() &&
+         std::all_of(param.pieces.begin(), param.pieces.end(), [](const ShardPlacement& p) { return p.dim == -1; });
 }
 
 // A tensor of which only some elements are known (a ZeRO shard's part of a parameter's state,
@@ -127,6 +149,16 @@ void check_piece_fits(const ShardPlacement& piece, const LocalParameter& param, 
   LOOM_CHECK(it != shapes.end(), "reshard: saving rank ", rank, "'s ", param.name, " is a piece of ",
              piece.full_name, ", which this model does not have");
   const std::vector<int64_t>& full = it->second;
+  if (piece.dim == -1) {  // a flat piece: ranges of the flattened tensors
+    LOOM_CHECK(param.shape.size() == 1 && piece.full_begin >= 0 && piece.local_begin >= 0 && piece.length >= 0 &&
+                   piece.full_begin + piece.length <= numel_of(full) &&
+                   piece.local_begin + piece.length <= param.shape[0],
+               "reshard: saving rank ", rank, "'s ", param.name, " ", shape_text(param.shape), " holds the flat elements [",
+               piece.full_begin, ", ", piece.full_begin + piece.length, ") of ", piece.full_name,
+               ", which do not fit this model's ", piece.full_name, " ", shape_text(full),
+               " (was the checkpoint written for another model size?)");
+    return;
+  }
   bool fits = full.size() == param.shape.size() && piece.dim >= 0 &&
               piece.dim < static_cast<int64_t>(full.size()) &&
               piece.full_begin + piece.length <= full[piece.dim] &&
@@ -145,10 +177,8 @@ void place(const std::function<Partial&(const std::string&)>& whole, const Parti
            const LocalParameter& param) {
   for (const ShardPlacement& p : param.pieces) {
     Partial& to = whole(p.full_name);
-    auto full_slice = [&](const Tensor& t) { return t.slice(p.dim, p.full_begin, p.full_begin + p.length); };
-    auto local_slice = [&](const Tensor& t) {
-      return t.slice(p.dim, p.local_begin, p.local_begin + p.length);
-    };
+    auto full_slice = [&](const Tensor& t) { return piece_of(t, p.dim, p.full_begin, p.length); };
+    auto local_slice = [&](const Tensor& t) { return piece_of(t, p.dim, p.local_begin, p.length); };
     merge(full_slice(to.value), full_slice(to.known), local_slice(local.value), local_slice(local.known));
   }
 }
@@ -319,12 +349,13 @@ RankTrainingState scatter_training_state(const FullTrainingState& full, const Ra
       const Tensor* source = whole(p.full_name);
       LOOM_CHECK(source != nullptr, "reshard: ", param.name, " is a piece of ", p.full_name,
                  ", which the gathered state does not have");
-      local.value.slice(p.dim, p.local_begin, p.local_begin + p.length)
-          .copy_(source->slice(p.dim, p.full_begin, p.full_begin + p.length));
-      local.known.slice(p.dim, p.local_begin, p.local_begin + p.length).fill_(true);
+      piece_of(local.value, p.dim, p.local_begin, p.length)
+          .copy_(piece_of(source->contiguous(), p.dim, p.full_begin, p.length));
+      piece_of(local.known, p.dim, p.local_begin, p.length).fill_(true);
     }
-    LOOM_CHECK(complete(local), "reshard: the layout's pieces do not cover all of ", param.name, " ",
-               shape_text(param.shape));
+    // A flat shard's uncovered elements are its padding: zero, as FullyShardedDataParallel pads.
+    LOOM_CHECK(is_flat(param) || complete(local), "reshard: the layout's pieces do not cover all of ", param.name,
+               " ", shape_text(param.shape));
     return local.value;
   };
   for (size_t i = 0; i < layout.parameters.size(); ++i) {

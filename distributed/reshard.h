@@ -46,6 +46,11 @@ inline constexpr const char* kLayoutMetadataKey = "layout";
 // it holds (`pieces`' local_name is `name`): one for a parameter held whole, one per split
 // dimension's block otherwise (a tensor-parallel qkv weight holds three: its heads' rows of q,
 // k and v). Replicas and tied copies list their slices too: a loading rank fills all of them.
+// A piece with dim -1 is flat: the local parameter is 1-D and its elements [local_begin,
+// local_begin + length) are the whole tensor's flattened elements [full_begin, full_begin +
+// length). FullyShardedDataParallel's shards are such (zero3.h: each layer's parameters laid end
+// to end, padded, cut in equal parts); a flat parameter's elements outside its pieces are padding,
+// zero when cut.
 struct LocalParameter {
   std::string name;
   std::vector<int64_t> shape;

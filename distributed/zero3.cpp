@@ -15,6 +15,7 @@ struct FullyShardedDataParallel::Layer {
   size_t index = 0;                // in the wrapped Sequential
   std::shared_ptr<nn::Module> module;
   std::vector<Tensor> params;      // the parameter handles it owns (released between uses)
+  std::vector<std::string> names;  // theirs in the wrapped model ("<index>.<name in the layer>")
   std::vector<DimVector> shapes;   // their full shapes
   std::vector<int64_t> offsets;    // their offsets in the flat layout
   std::vector<Layer*> owners;      // earlier layers owning parameters it also uses (tied)
@@ -49,11 +50,12 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Sequentia
     auto layer = std::make_shared<Layer>();
     layer->index = i;
     layer->module = model_->ptr(static_cast<int64_t>(i));
-    for (Tensor& p : layer->module->parameters()) {
+    for (auto& [name, p] : layer->module->named_parameters()) {
       auto owner = owner_of.find(p.data_ptr());
       if (owner == owner_of.end()) {
         owner_of.emplace(p.data_ptr(), layer.get());
         layer->params.push_back(p);
+        layer->names.push_back(std::to_string(i) + "." + name);
       } else if (owner->second != layer.get() &&
                  std::find(layer->owners.begin(), layer->owners.end(), owner->second) == layer->owners.end()) {
         layer->owners.push_back(owner->second);
@@ -241,6 +243,31 @@ nn::StateDict FullyShardedDataParallel::full_state_dict() {
   nn::StateDict out;
   for (const auto& [name, tensor] : model_->state_dict()) out.insert(name, tensor.clone());
   return out;
+}
+
+std::vector<ShardPlacement> FullyShardedDataParallel::placement() const {
+  std::vector<ShardPlacement> pieces;
+  const int64_t rank = group_->rank();
+  for (const auto& layer : layers_) {
+    if (layer->params.empty()) continue;
+    // This rank's elements [r·S, (r+1)·S) of the layer laid end to end, against each parameter's.
+    const int64_t first = rank * layer->shard_size, last = first + layer->shard_size;
+    for (size_t k = 0; k < layer->params.size(); ++k) {
+      const int64_t begin = layer->offsets[k], end = begin + shape_numel(layer->shapes[k]);
+      const int64_t lo = std::max(begin, first), hi = std::min(end, last);
+      if (lo < hi)
+        pieces.push_back({"shard_" + std::to_string(layer->index), layer->names[k], -1, lo - begin, lo - first, hi - lo});
+    }
+  }
+  return pieces;
+}
+
+std::map<std::string, std::vector<int64_t>> FullyShardedDataParallel::full_shapes() const {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& layer : layers_)
+    for (size_t k = 0; k < layer->params.size(); ++k)
+      shapes.emplace(layer->names[k], std::vector<int64_t>(layer->shapes[k].begin(), layer->shapes[k].end()));
+  return shapes;
 }
 
 ZeroMemoryReport FullyShardedDataParallel::memory_report() const {

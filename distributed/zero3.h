@@ -55,11 +55,13 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "distributed/process_group.h"
+#include "distributed/shard_placement.h"
 #include "distributed/zero.h"
 #include "nn/layers/containers.h"
 
@@ -82,6 +84,14 @@ class FullyShardedDataParallel : public nn::Module {
   // ("shard_<layer index>"). Build the optimizer on them; state_dict() saves this rank's shards.
   // The full parameters under the wrapped model's names, gathered on every rank (collective).
   nn::StateDict full_state_dict();
+
+  // Where this rank's shards sit in the wrapped model, for checkpoints that reshard
+  // (distributed/reshard.h): flat pieces (dim -1) of "shard_<layer>" against the wrapped model's
+  // parameter names ("<layer>.<name>"), a tied parameter under its owner's name only.
+  std::vector<ShardPlacement> placement() const;
+  // The full shapes of the parameters, by those names (the wrapped model's are released).
+  std::map<std::string, std::vector<int64_t>> full_shapes() const;
+  const nn::Sequential& wrapped() const { return *model_; }
 
   // Bytes this rank holds between steps (parameters: the shards; gradients: the shards'
   // gradients; optimizer state: measure it with optimizer_state_bytes on your optimizer).

@@ -171,6 +171,8 @@ class Parallelism {
   // This rank's piece as data (distributed/reshard.h): what a checkpoint records so that a job of
   // another layout can load it.
   distributed::RankLayout layout() const;
+  // The whole model's parameter shapes (what a resharded checkpoint must fit).
+  distributed::FullShapes full_shapes() const;
 #endif
 
   // The checkpoint group of this job (nn::CheckpointManager).
@@ -192,6 +194,9 @@ class Parallelism {
   void build_gpt_pipeline(nn::GPT& full_gpt);
   void build_gpt_tensor_pipeline(const nn::GPT& full_gpt);  // --tp and --pp together
   void build_fully_sharded();                                // --zero 3
+#if LOOM_TRAIN_WITH_MPI
+  std::map<std::string, std::string> fully_sharded_names() const;
+#endif
   void check_gpt_vocabulary_divides(const nn::GPT& full_gpt) const;
   // Makes this rank's stage of `net` (pipeline stages of about equal `costs`, one per layer)
   // local_, renaming the pieces to the stage's names and dropping the other stages'.

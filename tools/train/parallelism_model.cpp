@@ -395,6 +395,22 @@ void Parallelism::tie_gradients() {
 
 #if LOOM_TRAIN_WITH_MPI
 distributed::RankLayout Parallelism::layout() const {
+  if (fsdp_) {
+    // The shards' flat pieces, renamed from the sharded layers' names to the whole model's.
+    const std::map<std::string, std::string> names = fully_sharded_names();
+    distributed::RankLayout out;
+    const std::vector<distributed::ShardPlacement> pieces = fsdp_->placement();
+    for (const auto& [name, shard] : fsdp_->named_parameters()) {
+      distributed::LocalParameter param{name, shard.sizes().vec(), {}};
+      for (distributed::ShardPlacement piece : pieces)
+        if (piece.local_name == name) {
+          piece.full_name = names.at(piece.full_name);
+          param.pieces.push_back(piece);
+        }
+      out.parameters.push_back(std::move(param));
+    }
+    return out;
+  }
   distributed::RankLayout out = distributed::rank_layout(
       *local_, placement_, zero_ ? std::optional(std::pair{zero_->shard_begin(), zero_->shard_end()}) : std::nullopt);
   // The tied head's copy of the token embedding: this rank's vocabulary rows of it.
@@ -402,6 +418,26 @@ distributed::RankLayout Parallelism::layout() const {
     if (tied_copies_.count(param.name))
       param.pieces.push_back({param.name, "tok.weight", 0, vocab_begin_, 0, param.shape.at(0)});
   return out;
+}
+
+// --zero 3: the sharded layers' parameter names ("3.attn.qkv.weight") -> the whole model's
+// ("blocks.2.attn.qkv.weight"), matched by the tensors themselves.
+std::map<std::string, std::string> Parallelism::fully_sharded_names() const {
+  std::map<std::string, std::string> names;
+  const auto full = full_->named_parameters();
+  for (const auto& [layer_name, t] : fsdp_->wrapped().named_parameters())
+    for (const auto& [full_name, f] : full)
+      if (f.is_same(t)) names.emplace(layer_name, full_name);
+  return names;
+}
+
+distributed::FullShapes Parallelism::full_shapes() const {
+  if (!fsdp_) return distributed::full_shapes_of(*full_);
+  // The whole model's parameters are released between uses: their shapes are FSDP's record.
+  const std::map<std::string, std::string> names = fully_sharded_names();
+  distributed::FullShapes shapes;
+  for (const auto& [name, shape] : fsdp_->full_shapes()) shapes.emplace(names.at(name), shape);
+  return shapes;
 }
 #endif
 

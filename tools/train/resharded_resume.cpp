@@ -34,14 +34,12 @@ nn::Checkpoint resharded_checkpoint(const TrainOptions& o, nn::CheckpointManager
   try {
     const json saved = meta.is_object() ? meta.value("options", json::object()) : json::object();
     const json mine = to_json(o);
-    // FSDP's pieces are layers' parameters sharded flat over the replicas: no layout records them yet.
-    if (saved_mesh.value("zero", 0) == 3 || o.zero == 3) fail("--zero 3 checkpoints are not resharded yet");
     for (const char* same : {"model", "optimizer"})
       if (saved.contains(same) && saved[same] != mine[same])
         fail("it trained --" + std::string(same) + " " + saved[same].get<std::string>() + ", this job --" + same +
              " " + mine[same].get<std::string>());
     distributed::RankTrainingState state =
-        distributed::reshard_checkpoint(*parts, job.layout(), distributed::full_shapes_of(job.full()));
+        distributed::reshard_checkpoint(*parts, job.layout(), job.full_shapes());
     nn::Checkpoint resharded{.step = parts->step, .sections = parts->load_rank(0), .metadata = parts->metadata,
                        .path = parts->path, .note = parts->note};
     // Buffers (a ResNet's BatchNorm statistics) are no parameters of a layout: saving rank 0's, by

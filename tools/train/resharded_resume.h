@@ -16,8 +16,8 @@ namespace loom::train {
 
 // The latest checkpoint in `checkpoints` as this rank's sections for the job `job` of layout
 // `mesh` ({"dp","tp","pp","zero"}); prints one line to `out`. Throws InputError naming both
-// layouts and why when it cannot be resharded (another model or optimizer, a --zero 3 checkpoint,
-// a checkpoint without layouts), or when there is no checkpoint.
+// layouts and why when it cannot be resharded (another model or optimizer, a checkpoint without
+// layouts), or when there is no checkpoint.
 nn::Checkpoint resharded_checkpoint(const TrainOptions& options, nn::CheckpointManager& checkpoints,
                                     Parallelism& job, const nlohmann::json& mesh, std::ostream& out);
 

@@ -452,9 +452,7 @@ void Trainer::save() {
   json meta{{"step", step_}, {"epoch", loader_->state().epoch}, {"time_s", elapsed()}, {"mesh", mesh_},
             {"options", to_json(o_)}};
 #if LOOM_TRAIN_WITH_MPI
-  // --zero 3's pieces (FSDP's flat shards of each layer) have no layout record yet.
-  if (o_.zero != 3)
-    meta[distributed::kLayoutMetadataKey] = json::parse(distributed::rank_layout_to_json(job_.layout()));
+  meta[distributed::kLayoutMetadataKey] = json::parse(distributed::rank_layout_to_json(job_.layout()));
 #endif
   maybe_arm_io_fault(fault_, step_);
   try {
