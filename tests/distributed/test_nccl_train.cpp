@@ -42,18 +42,7 @@ struct Mesh {
 };
 
 train::TrainOptions mlp_options(const fs::path& data, const fs::path& out, const Mesh& m, bool cuda) {
-  train::TrainOptions o;
-  o.model = train::ModelKind::kMlp;
-  o.hidden = "16,16";  // column, row, column (gathering) with --tp
-  o.data = data.string();
-  o.val = data.string();
-  o.workers = 0;
-  o.epochs = 2;
-  o.batch = kBatch;
-  o.lr = 0.1;
-  o.seed = 3;
-  o.log_every = 1;
-  o.out = out.string();
+  train::TrainOptions o = test::mlp_train_options(data, out, "16,16", kBatch);  // column, row, column with --tp
   o.device = cuda ? train::DeviceKind::kCuda : train::DeviceKind::kCpu;
   o.dp = m.dp;
   o.tp = m.tp;

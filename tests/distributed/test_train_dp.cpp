@@ -56,19 +56,7 @@ fs::path shared_scratch(const std::string& name) { return test::shared_scratch("
 fs::path tiny_dataset(const fs::path& dir) { return test::tiny_image_dataset(dir, "tiny.h5", kExamples, 4); }
 
 train::TrainOptions options(const fs::path& data, const fs::path& out) {
-  train::TrainOptions o;
-  o.model = train::ModelKind::kMlp;
-  o.hidden = "16";
-  o.data = data.string();
-  o.val = data.string();
-  o.workers = 0;
-  o.epochs = 2;
-  o.batch = kBatch;
-  o.lr = 0.1;
-  o.seed = 3;
-  o.log_every = 1;
-  o.out = out.string();
-  return o;
+  return test::mlp_train_options(data, out, "16", kBatch);
 }
 
 struct Run {

@@ -49,6 +49,7 @@ namespace {
 using test::bitwise_equal;
 using test::excess;
 using test::model_file;
+using test::train_losses;
 
 constexpr int64_t kExamples = 64;  // a multiple of dp · batch for dp = 1, 2, 4 and batch 8
 constexpr int64_t kBatch = 8;
@@ -79,19 +80,7 @@ fs::path tiny_tokens(const fs::path& dir, int64_t vocab) {
 }
 
 train::TrainOptions mlp_options(const fs::path& data, const fs::path& out) {
-  train::TrainOptions o;
-  o.model = train::ModelKind::kMlp;
-  o.hidden = "16,16";  // three linear layers: column, row, column (gathering) with --tp
-  o.data = data.string();
-  o.val = data.string();
-  o.workers = 0;
-  o.epochs = 2;
-  o.batch = kBatch;
-  o.lr = 0.1;
-  o.seed = 3;
-  o.log_every = 1;
-  o.out = out.string();
-  return o;
+  return test::mlp_train_options(data, out, "16,16", kBatch);  // column, row, column (gathering) with --tp
 }
 
 train::TrainOptions gpt_options(const fs::path& data, const fs::path& out) {
@@ -126,17 +115,6 @@ std::string input_error(const train::TrainOptions& o) {
     return e.what();
   }
   return "";
-}
-
-// The "loss" of every {"kind":"train"} line of a run's metrics.jsonl, in order.
-std::vector<double> train_losses(const fs::path& dir) {
-  std::ifstream in(dir / "metrics.jsonl");
-  std::vector<double> losses;
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j.value("kind", "") == "train") losses.push_back(j.at("loss").get<double>());
-  }
-  return losses;
 }
 
 // Checks a parallel run against its single-process reference (both finished).

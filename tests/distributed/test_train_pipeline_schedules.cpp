@@ -27,21 +27,11 @@ constexpr int64_t kExamples = 32, kBatch = 8;
 
 train::TrainOptions mlp_options(const fs::path& data, const fs::path& out, int64_t p,
                                 train::PipelineSchedule schedule) {
-  train::TrainOptions o;
-  o.model = train::ModelKind::kMlp;
   // 2p linear layers, one per interleaved stage. train cuts the mlp by parameter counts; with
   // the layers this alike in size, each of the p x 2 stages gets one linear layer.
-  o.hidden = "64";
-  for (int64_t i = 2; i < 2 * p; ++i) o.hidden += ",64";
-  o.data = data.string();
-  o.val = data.string();
-  o.workers = 0;
-  o.epochs = 2;
-  o.batch = kBatch;
-  o.lr = 0.1;
-  o.seed = 3;
-  o.log_every = 1;
-  o.out = out.string();
+  std::string hidden = "64";
+  for (int64_t i = 2; i < 2 * p; ++i) hidden += ",64";
+  train::TrainOptions o = test::mlp_train_options(data, out, hidden, kBatch);
   o.pp = p;
   o.microbatches = p;  // interleaved needs a multiple of p
   o.pipeline_schedule = schedule;
@@ -53,16 +43,7 @@ train::TrainSummary run(const train::TrainOptions& o) {
   return train::run_training(o, log, /*interactive=*/false);
 }
 
-// The "loss" of every {"kind":"train"} line, and the pipeline line, of a run's metrics.jsonl.
-std::vector<double> train_losses(const fs::path& dir) {
-  std::ifstream in(dir / "metrics.jsonl");
-  std::vector<double> losses;
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j.value("kind", "") == "train") losses.push_back(j.at("loss").get<double>());
-  }
-  return losses;
-}
+// The pipeline line of a run's metrics.jsonl.
 nlohmann::json pipeline_line(const fs::path& dir) {
   std::ifstream in(dir / "metrics.jsonl");
   for (std::string line; std::getline(in, line);)
@@ -79,7 +60,7 @@ TEST_CASE("train --pipeline-schedule interleaved and zb-h1 end where 1f1b does")
   const fs::path data = test::tiny_image_dataset(dir, "images.h5", kExamples, 4);
   const train::TrainSummary reference =
       run(mlp_options(data, dir / "1f1b", p, train::PipelineSchedule::kOneFOneB));
-  const std::vector<double> reference_losses = train_losses(dir / "1f1b");
+  const std::vector<double> reference_losses = test::train_losses(dir / "1f1b");
   struct Case {
     train::PipelineSchedule schedule;
     double ideal_bubble;  // (p - 1) / (v·m + p - 1) and (p - 1) / (3m + p - 1), m = p
@@ -99,7 +80,7 @@ TEST_CASE("train --pipeline-schedule interleaved and zb-h1 end where 1f1b does")
     // Every rank's pieces under the whole model's names, as 1F1B's.
     CHECK(test::excess(test::model_file(dir / name), test::model_file(dir / "1f1b"), 1e-4, 1e-5) <= 0);
     if (world->rank() == 0) {  // rank 0 alone writes metrics.jsonl
-      const std::vector<double> losses = train_losses(dir / name);
+      const std::vector<double> losses = test::train_losses(dir / name);
       REQUIRE(losses.size() == reference_losses.size());
       for (size_t i = 0; i < losses.size(); ++i)
         CHECK(losses[i] == doctest::Approx(reference_losses[i]).epsilon(1e-5));

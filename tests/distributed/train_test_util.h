@@ -12,8 +12,12 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "data/data.h"
 #include "nn/nn.h"
@@ -57,6 +61,37 @@ inline std::filesystem::path tiny_image_dataset(const std::filesystem::path& dir
   }
   world()->barrier();  // the file is complete before the other ranks open it
   return path;
+}
+
+// A small mlp run of `train` on `data` (also its validation set) into `out`: hidden layers
+// `hidden`, `batch` per rank, 2 epochs of SGD at lr 0.1, seed 3, no loader workers, every step
+// logged. The tests change what they compare.
+inline train::TrainOptions mlp_train_options(const std::filesystem::path& data, const std::filesystem::path& out,
+                                             const std::string& hidden, int64_t batch) {
+  train::TrainOptions o;
+  o.model = train::ModelKind::kMlp;
+  o.hidden = hidden;
+  o.data = data.string();
+  o.val = data.string();
+  o.workers = 0;
+  o.epochs = 2;
+  o.batch = batch;
+  o.lr = 0.1;
+  o.seed = 3;
+  o.log_every = 1;
+  o.out = out.string();
+  return o;
+}
+
+// The "loss" of every {"kind":"train"} line of a run's metrics.jsonl, in order.
+inline std::vector<double> train_losses(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "metrics.jsonl");
+  std::vector<double> losses;
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.value("kind", "") == "train") losses.push_back(j.at("loss").get<double>());
+  }
+  return losses;
 }
 
 // The trained model a run wrote (rank 0: RUN_DIR/model.safetensors, single-process names): a
