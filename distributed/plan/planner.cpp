@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iomanip>
+#include <limits>
 #include <sstream>
 
 #include "core/error.h"
@@ -270,6 +272,24 @@ std::vector<Prediction> rank_layouts(const ModelSpec& model, int64_t gpus, doubl
     return a.worst_stage().memory.total() < b.worst_stage().memory.total();
   });
   return fits;
+}
+
+std::string why_none_fits(const ModelSpec& model, int64_t gpus, double memory_bytes, const Layout& base,
+                          const Hardware& hardware) {
+  const std::vector<Prediction> any =
+      rank_layouts(model, gpus, std::numeric_limits<double>::infinity(), base, hardware);
+  if (any.empty())
+    return "no layout of " + std::to_string(gpus) + " GPUs splits --batch " + std::to_string(base.batch) +
+           " (samples per step over all GPUs): dp x micro-batches must divide it; raise --batch";
+  const auto least = std::min_element(any.begin(), any.end(), [](const Prediction& a, const Prediction& b) {
+    return a.worst_stage().memory.total() < b.worst_stage().memory.total();
+  });
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(1) << "the layout that needs the least memory, " << least->layout.describe()
+     << ", needs "
+     << least->worst_stage().memory.total() / (1024.0 * 1024.0 * 1024.0) << " GiB per GPU, over the "
+     << memory_bytes / (1024.0 * 1024.0 * 1024.0) << " GiB given";
+  return os.str();
 }
 
 }  // namespace loom::distributed::plan

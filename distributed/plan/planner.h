@@ -129,5 +129,9 @@ std::vector<int64_t> stage_boundaries(const ModelSpec& model, int64_t pp);
 // first by step_seconds. `base` gives the batch, amp, optimizer and schedule. Empty when none fits.
 std::vector<Prediction> rank_layouts(const ModelSpec& model, int64_t gpus, double memory_bytes, const Layout& base,
                                      const Hardware& hardware = {});
+// Why rank_layouts found nothing, in a sentence: no layout of `gpus` splits base.batch (dp ·
+// micro-batches must divide it), or the layout that needs the least memory and how much.
+std::string why_none_fits(const ModelSpec& model, int64_t gpus, double memory_bytes, const Layout& base,
+                          const Hardware& hardware = {});
 
 }  // namespace loom::distributed::plan

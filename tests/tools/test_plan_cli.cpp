@@ -81,6 +81,13 @@ TEST_CASE("plan: --rank lists the layouts that fit, fastest first, or says none 
   r = run_plan({"--model", "gpt2-xl", "--batch", "512", "--gpus", "2", "--memory", "1GB", "--rank"});
   REQUIRE(r.status == 0);
   CHECK(r.output.find("0 layouts of 2 GPUs fit") != std::string::npos);
+  // And why: the layout that needs the least memory, and how much.
+  CHECK(r.output.find("the layout that needs the least memory, dp ") != std::string::npos);
+  CHECK(r.output.find("GiB per GPU, over the 0.9 GiB given") != std::string::npos);
+  // A batch that no layout can split is named as the reason.
+  r = run_plan({"--model", "gpt2-xl", "--gpus", "64", "--memory", "80GB", "--rank"});
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("no layout of 64 GPUs splits --batch 1") != std::string::npos);
 }
 
 TEST_CASE("plan: bad input is exit status 2 with a message naming it") {

@@ -132,6 +132,7 @@ int run(int argc, char** argv) {
     const double budget = parse_size(o.memory);
     const auto ranked = rank_layouts(model, o.gpus, budget, layout, o.hardware);
     std::fputs(format_ranking(model, ranked, o.gpus, budget, static_cast<size_t>(o.top)).c_str(), stdout);
+    if (ranked.empty()) std::printf("%s\n", why_none_fits(model, o.gpus, budget, layout, o.hardware).c_str());
     return 0;
   }
   const Prediction prediction = predict(model, layout, o.hardware);
