@@ -188,6 +188,14 @@ void FullyShardedDataParallel::finish_reduce() {
 }
 
 Tensor FullyShardedDataParallel::forward(const Tensor& input) {
+  // A gather still posted here was prefetched by a forward that threw before it used it: the
+  // shards may have changed since (a step), so it is completed and dropped, not used.
+  for (auto& layer : layers_)
+    if (layer->pending) {
+      layer->pending->wait();  // the collective every rank posted
+      layer->pending.reset();
+      layer->pending_input = layer->pending_full = Tensor();
+    }
   Tensor x = input;
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& layer = *layers_[i];
