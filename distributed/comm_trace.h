@@ -35,7 +35,7 @@ struct CommEvent {
   int group_size = 0;
   int peer = -1;          // send/recv: the other rank (in the group); the root of a rooted one
   int64_t bytes = 0;      // the payload: CommStats' payload_bytes of this call
-  std::chrono::steady_clock::time_point posted, wait_begin, done;
+  std::chrono::steady_clock::time_point posted{}, wait_begin{}, done{};
 };
 
 using CommSink = std::function<void(const CommEvent&)>;

@@ -2,6 +2,7 @@
 #include "distributed/process_group.h"
 
 #include <atomic>
+#include <functional>
 #include <sstream>
 
 #include "distributed/comm_trace.h"
@@ -138,44 +139,35 @@ void ProcessGroup::count(OperationCount CommStats::*kind, uint64_t payload, uint
 // Each form runs the operation first and counts it after: one the backend rejects (bad shapes)
 // moved nothing.
 
+// The backend's collective, or the ring written over send/recv (set_algorithm), which runs to
+// completion here and whose own sends are not counted as sends.
+WorkPtr ProcessGroup::native_or_ring(const std::function<WorkPtr()>& native, const std::function<void()>& ring) {
+  if (algorithm_ == Algorithm::Native) return native();
+  InsideRing inside;
+  ring();
+  return std::make_shared<CompletedWork>();
+}
+
 WorkPtr ProcessGroup::all_reduce_async(const Tensor& tensor, ReduceOp op) {
   const auto posted = std::chrono::steady_clock::now();
-  WorkPtr work;
-  if (algorithm_ == Algorithm::Native) {
-    work = native_all_reduce_async(tensor, op);
-  } else {
-    InsideRing inside;
-    ring_all_reduce(*this, tensor, op);
-    work = std::make_shared<CompletedWork>();
-  }
+  WorkPtr work = native_or_ring([&] { return native_all_reduce_async(tensor, op); },
+                                [&] { ring_all_reduce(*this, tensor, op); });
   count(&CommStats::all_reduce, bytes_of(tensor), 0);
   return traced(std::move(work), "all_reduce", posted, bytes_of(tensor), -1);
 }
 
 WorkPtr ProcessGroup::all_gather_async(const Tensor& input, const Tensor& output) {
   const auto posted = std::chrono::steady_clock::now();
-  WorkPtr work;
-  if (algorithm_ == Algorithm::Native) {
-    work = native_all_gather_async(input, output);
-  } else {
-    InsideRing inside;
-    ring_all_gather(*this, input, output);
-    work = std::make_shared<CompletedWork>();
-  }
+  WorkPtr work = native_or_ring([&] { return native_all_gather_async(input, output); },
+                                [&] { ring_all_gather(*this, input, output); });
   count(&CommStats::all_gather, bytes_of(input), static_cast<uint64_t>(size_ - 1) * bytes_of(input));
   return traced(std::move(work), "all_gather", posted, bytes_of(input), -1);
 }
 
 WorkPtr ProcessGroup::reduce_scatter_async(const Tensor& input, const Tensor& output, ReduceOp op) {
   const auto posted = std::chrono::steady_clock::now();
-  WorkPtr work;
-  if (algorithm_ == Algorithm::Native) {
-    work = native_reduce_scatter_async(input, output, op);
-  } else {
-    InsideRing inside;
-    ring_reduce_scatter(*this, input, output, op);
-    work = std::make_shared<CompletedWork>();
-  }
+  WorkPtr work = native_or_ring([&] { return native_reduce_scatter_async(input, output, op); },
+                                [&] { ring_reduce_scatter(*this, input, output, op); });
   count(&CommStats::reduce_scatter, bytes_of(output), static_cast<uint64_t>(size_ - 1) * bytes_of(output));
   return traced(std::move(work), "reduce_scatter", posted, bytes_of(output), -1);
 }

@@ -47,6 +47,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -178,6 +179,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   void count_sent(uint64_t bytes);
 
  private:
+  // Algorithm::Native runs `native`; Ring runs `ring` and returns a completed Work.
+  WorkPtr native_or_ring(const std::function<WorkPtr()>& native, const std::function<void()>& ring);
   // Adds one call of `payload` bytes, of which this rank sent `sent` under the model.
   void count(OperationCount CommStats::*kind, uint64_t payload, uint64_t sent);
   // `work`, reporting to the communication trace when waited for, if a sink is installed
