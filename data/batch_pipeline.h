@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/parallel.h"
 
 namespace loom::data {
 
@@ -79,6 +80,9 @@ class OrderedPipeline {
     try {
       for (int i = 0; i < workers; ++i)
         threads_.emplace_back([state = state_, i]() mutable {
+          // A worker's ops stay on its own thread: the workers already run side by side, and a
+          // team per worker would put workers x threads on the training step's cores.
+          ThreadLimitGuard one_thread(1);
           const bool detached = work(*state, i);
           state.reset();  // the last owner frees the state here, before the count says "returned"
           if (detached) --detached_pipeline_workers();

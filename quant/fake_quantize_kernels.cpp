@@ -206,7 +206,7 @@ Tensor ste_backward(const Tensor& dy, const Tensor& mask) {
 void lsq_backward_kernel(const LsqInputs& in, int64_t n, const Layout& layout, std::vector<double>& dscale,
                          std::vector<double>& dzp) {
   const int64_t channels = layout.channels;
-  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), n / kParallelGrain));
+  const int64_t chunks = threads_for(n, kParallelGrain);
   std::vector<double> acc(static_cast<size_t>(2 * chunks * channels), 0.0);
   parallel_for(0, chunks, 1, [&](int64_t cb, int64_t ce) {
     for (int64_t k = cb; k < ce; ++k) {

@@ -85,7 +85,14 @@ ConvShape conv_shape(IntArrayRef x, IntArrayRef w, IntArrayRef y, const Conv2dPa
   return s;
 }
 
-// Key parts common to the three convolution kernels.
+// Multiply-adds of a convolution producing y with weights w [OC, IC / groups, KH, KW]; its
+// two gradients have as many.
+int64_t conv_macs(const Tensor& y, const Tensor& w) {
+  return y.numel() * (w.numel() / std::max<int64_t>(w.size(0), 1));
+}
+
+// Key parts common to the three convolution kernels; inside a ProductTeam, whose size is part
+// of the key.
 dn::Key conv_key(int64_t kind, const Conv2dParams& p) {
   dn::Key key;
   key.add(kind).add(omp_get_max_threads());
@@ -251,6 +258,7 @@ Layout layout_of(const Tensor& t) {
 
 void onednn_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
   static dn::LruCache<ConvForward> cache(256);
+  dn::ProductTeam team(conv_macs(out, w));
   dn::Key key = conv_key(0, p);
   key.add(out).add(x).add(w).add(bias);
   auto e = cache.get(key, [&] {
@@ -286,6 +294,7 @@ void onednn_forward(const Tensor& out, const Tensor& x, const Tensor& w, const T
 
 void onednn_backward_data(const Tensor& grad_input, const Tensor& grad_out, const Tensor& w, const Conv2dParams& p) {
   static dn::LruCache<ConvBackwardData> cache(256);
+  dn::ProductTeam team(conv_macs(grad_out, w));
   dn::Key key = conv_key(1, p);
   key.add(grad_input).add(grad_out).add(w);
   auto e = cache.get(key, [&] {
@@ -322,6 +331,7 @@ void onednn_backward_data(const Tensor& grad_input, const Tensor& grad_out, cons
 void onednn_backward_weights(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad_out,
                              const Tensor& x, const Conv2dParams& p) {
   static dn::LruCache<ConvBackwardWeights> cache(256);
+  dn::ProductTeam team(conv_macs(grad_out, grad_weight));
   dn::Key key = conv_key(2, p);
   key.add(grad_weight).add(grad_bias).add(grad_out).add(x);
   auto e = cache.get(key, [&] {

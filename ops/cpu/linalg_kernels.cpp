@@ -4,9 +4,11 @@
  *  - f32, bf16: oneDNN's matmul primitive, given each operand's own strides, so a transposed
  *    view (x.t(), W^T in linear) is read in place; a batch of stride 0 (one matrix broadcast over
  *    the batch) becomes a batch dim of 1, which oneDNN broadcasts. The bias is fused (matmul
- *    with a [1, 1, N] bias). Primitives are cached by shapes, strides, dtype and thread count.
+ *    with a [1, 1, N] bias). A product runs on the threads its size pays for (ProductTeam), and
+ *    primitives are cached by shapes, strides, dtype and that thread count.
  *  - f16: oneDNN 2.6 has no f16 matmul for CPUs, so the operands are converted to f32 and the
- *    result rounded back (PyTorch's CPU half matmul also accumulates in f32).
+ *    result rounded back (PyTorch's CPU half matmul also accumulates in f32); so is bf16 on CPUs
+ *    without AVX-512, where oneDNN has no bf16 kernels.
  *  - f64 and integers: Eigen's GEMM (blocked, vectorised, OpenMP-parallel), one batch at a time,
  *    or batches in parallel when the matrices are small. Integers wrap around like PyTorch's.
  * linear_activation and linear_weight_grad are the unfused computations, op for op, so that CPU
@@ -79,6 +81,7 @@ void onednn_matmul(const Tensor& out, const Tensor& a_in, const Tensor& b_in, co
   if (c.size(0) > 1 && (a.size(0) == 1 || a.stride(0) == 0) && (b.size(0) == 1 || b.stride(0) == 0))
     a = contiguous(a);
 
+  dn::ProductTeam team(c.size(0) * c.size(1) * c.size(2) * a.size(2));
   dn::Key key;
   key.add(omp_get_max_threads()).add(a).add(b).add(c).add(bias);
   auto entry = cache.get(key, [&] {
@@ -136,7 +139,8 @@ void eigen_matmul(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
     }
   };
   // Small matrices: one per thread (Eigen then runs serially inside the parallel region).
-  // Large ones: one after the other, each with Eigen's own OpenMP-parallel GEMM.
+  // Large ones: one after the other, each with Eigen's own OpenMP-parallel GEMM on the threads
+  // its size pays for.
   const int64_t flops_per_matrix = std::max<int64_t>(m * n * std::max<int64_t>(k, 1), 1);
   if (batch > 1 && flops_per_matrix < (int64_t{1} << 20)) {
     // Chunks of about 2^18 multiply-adds.
@@ -144,6 +148,7 @@ void eigen_matmul(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
       for (int64_t i = begin; i < end; ++i) one(i);
     });
   } else {
+    OpenMpTeamSize team(threads_for(flops_per_matrix, onednn::kMacsPerThread));
     for (int64_t i = 0; i < batch; ++i) one(i);
   }
 }
@@ -159,24 +164,25 @@ void matmul_kernel(const Tensor& out, const Tensor& a, const Tensor& b, const Te
     }
     return;
   }
+  if (dn::computes_in_f32(t)) {
+    // f16 (and bf16 on CPUs without AVX-512), which oneDNN cannot multiply here: compute in f32
+    // and round once at the end.
+    auto widen = [](const Tensor& x) -> Tensor {
+      if (!x.defined()) return x;
+      if (x.dim() == 3 && x.size(0) > 1 && x.stride(0) == 0)  // convert one matrix, keep the broadcast
+        return expand(to(x.narrow(0, 0, 1), DType::Float32), x.sizes());
+      return to(x, DType::Float32);
+    };
+    Tensor out32 = empty(out.sizes(), out.options().dtype(DType::Float32));
+    dn::guarded("matmul", [&] { onednn_matmul(out32, widen(a), widen(b), widen(bias)); });
+    copy_(out, out32);
+    return;
+  }
   switch (t) {
     case DType::Float32:
     case DType::BFloat16:
       dn::guarded("matmul", [&] { onednn_matmul(out, a, b, bias); });
       return;
-    case DType::Float16: {
-      // No f16 matmul in oneDNN 2.6 on CPUs: compute in f32 and round once at the end.
-      auto widen = [](const Tensor& x) -> Tensor {
-        if (!x.defined()) return x;
-        if (x.dim() == 3 && x.size(0) > 1 && x.stride(0) == 0)  // convert one matrix, keep the broadcast
-          return expand(to(x.narrow(0, 0, 1), DType::Float32), x.sizes());
-        return to(x, DType::Float32);
-      };
-      Tensor out32 = empty(out.sizes(), out.options().dtype(DType::Float32));
-      dn::guarded("matmul", [&] { onednn_matmul(out32, widen(a), widen(b), widen(bias)); });
-      copy_(out, out32);
-      return;
-    }
     default:
       visit_numeric_dtype(t, "matmul", [&](auto tag) {
         using T = typename decltype(tag)::type;

@@ -238,7 +238,7 @@ void layer_norm_backward_kernel(const Tensor& grad_input, const Tensor& grad_wei
     // partials (2 x D doubles, larger than L1 for wide rows) are updated once per group of
     // kRowGroup rows, from float sums of the group taken over column blocks that stay in L1.
     constexpr int64_t kRowGroup = 16, kColBlock = 256;
-    const int64_t tasks = std::clamp<int64_t>(x.numel() / kParallelGrain, 1, get_num_threads());
+    const int64_t tasks = threads_for(x.numel(), kParallelGrain);
     const int64_t rows_per_task = (rows + tasks - 1) / tasks;
     std::vector<std::vector<double>> part_w(static_cast<size_t>(tasks)), part_b(static_cast<size_t>(tasks));
     parallel_for(0, tasks, 1, [&](int64_t task_begin, int64_t task_end) {

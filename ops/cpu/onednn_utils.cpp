@@ -60,6 +60,26 @@ size_t Key::hash() const {
   return static_cast<size_t>(h);
 }
 
+namespace {
+// Whether oneDNN implements bf16 on this CPU: the answer to creating one small bf16 matmul.
+bool bf16_implemented() {
+  static const bool implemented = [] {
+    try {
+      dnnl::memory::desc md({2, 2}, dnnl::memory::data_type::bf16, dnnl::memory::format_tag::ab);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return implemented;
+}
+}  // namespace
+
+bool computes_in_f32(DType t) {
+  return t == DType::Float16 || (t == DType::BFloat16 && !bf16_implemented());
+}
+
 Tensor scratch_bytes(size_t nbytes) {
   return empty({static_cast<int64_t>(std::max<size_t>(nbytes, 1))}, TensorOptions(DType::UInt8));
 }

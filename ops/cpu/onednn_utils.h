@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/parallel.h"
 #include "core/tensor.h"
 
 namespace loom::cpu::onednn {
@@ -71,6 +72,27 @@ decltype(auto) guarded(std::string_view op, F&& f,
         detail::concat(op, ": oneDNN error: ", e.what(), " (", dnnl_status2str(e.status), ")"));
   }
 }
+
+// True for 16-bit types oneDNN cannot compute in on this CPU, which the kernels then convert to
+// f32 and round back: f16 always (oneDNN 2.x has no f16 kernels for CPUs) and bf16 on CPUs
+// without AVX-512 (oneDNN's bf16 kernels need avx512_core; an AVX2 CPU gets "unimplemented").
+bool computes_in_f32(DType t);
+
+// ---- threads ----------------------------------------------------------------------------------
+
+// Multiply-adds a matmul or convolution thread must have before the product takes another thread
+// (threads_for's grain for them): about 8 us of one core's work, ten times a fork and join on
+// 2 threads. Measured on 2 cores, a second thread first pays between 0.5M and 0.65M multiply-adds
+// (docs/cpu-threads.md); below that oneDNN does not split the product itself either.
+inline constexpr int64_t kMacsPerThread = int64_t{1} << 18;
+
+// The calling thread's OpenMP team sized for a product of `macs` multiply-adds while alive:
+// oneDNN reads it when it creates a primitive (which keys therefore include
+// omp_get_max_threads()) and when it runs one.
+class ProductTeam : public OpenMpTeamSize {
+ public:
+  explicit ProductTeam(int64_t macs) : OpenMpTeamSize(threads_for(macs, kMacsPerThread)) {}
+};
 
 // ---- primitive cache ----------------------------------------------------------------------------
 

@@ -226,7 +226,10 @@ Tensor Int8Conv2d::forward(const Tensor& x) const {
       x.dtype() == kFloat32 ? quantize_per_tensor_fast(x, m.input_scale, m.input_zero_point, kUInt8) : x;
   Tensor y;
   onednn::guarded(op, [&] {
-    auto plan = m.plans.get(onednn::Key().add(xq), [&] { return m.make_plan(xq); });
+    // The threads the product's size pays for; a plan is built for (and keyed by) that count.
+    onednn::ProductTeam team(x.size(0) * m.out * ho * wo * (m.in / o.groups) * m.kh * m.kw);
+    auto plan =
+        m.plans.get(onednn::Key().add(xq).add(omp_get_max_threads()), [&] { return m.make_plan(xq); });
     y = m.output_tensor_like(plan->out_sizes);
     Tensor src_holder;
     void* src = onednn::reordered(plan->src_reorder, xq.data_ptr(), src_holder);

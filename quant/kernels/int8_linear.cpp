@@ -202,8 +202,10 @@ Int8Linear::Int8Linear(const Tensor& weight, const Tensor& weight_scales, const 
   // Build (and pack the weights for) the common batch sizes now: the first forward is then as
   // fast as the others, and a layout mismatch between batch sizes shows up here.
   onednn::guarded(op, [&] {
-    for (int64_t batch : {int64_t{1}, int64_t{128}})
-      m.plans.get(onednn::Key().add(batch), [&] { return m.make_plan(batch); });
+    for (int64_t batch : {int64_t{1}, int64_t{128}}) {
+      onednn::ProductTeam team(batch * m.in * m.out);
+      m.plans.get(onednn::Key().add(batch).add(omp_get_max_threads()), [&] { return m.make_plan(batch); });
+    }
   });
 }
 
@@ -225,7 +227,10 @@ Tensor Int8Linear::forward(const Tensor& x) const {
       (x.dtype() == kFloat32 ? quantize_per_tensor_fast(x, m.input_scale, m.input_zero_point, kUInt8) : x)
           .contiguous();
   onednn::guarded(op, [&] {
-    auto plan = m.plans.get(onednn::Key().add(batch), [&] { return m.make_plan(batch); });
+    // The threads the product's size pays for; a plan is built for (and keyed by) that count.
+    onednn::ProductTeam team(batch * m.in * m.out);
+    auto plan =
+        m.plans.get(onednn::Key().add(batch).add(omp_get_max_threads()), [&] { return m.make_plan(batch); });
     std::unordered_map<int, memory> args;
     args[DNNL_ARG_SRC] = onednn::wrap(plan->src_md, xq);
     args[DNNL_ARG_WEIGHTS] = onednn::wrap(plan->weights_md, plan->packed_weights);

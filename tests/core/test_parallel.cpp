@@ -5,9 +5,12 @@
  * reports a data race there if it is not atomic.
  */
 #include <doctest/doctest.h>
+#include <sched.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -84,4 +87,91 @@ TEST_CASE("set_num_threads while other threads read the thread count") {
   for (auto& t : readers) t.join();  // waits for the readers to see `stop`
   CHECK(bad.load() == 0);
   CHECK_THROWS_WITH_AS(set_num_threads(0), doctest::Contains("at least 1 thread"), Error);
+}
+
+TEST_CASE("threads_for: the cost model gives each thread at least a grain, up to the thread count") {
+  ThreadCountGuard guard;
+  set_num_threads(4);
+  CHECK(threads_for(0, 100) == 1);
+  CHECK(threads_for(100, 100) == 1);  // one grain: the calling thread
+  CHECK(threads_for(101, 100) == 2);  // a little more than a grain: two threads
+  CHECK(threads_for(350, 100) == 4);
+  CHECK(threads_for(100000, 100) == 4);  // never more than set_num_threads
+  set_num_threads(1);
+  CHECK(threads_for(100000, 100) == 1);
+  set_num_threads(4);
+  int inside = 0;
+  parallel_for(0, 2, 1, [&](int64_t b, int64_t) {
+    if (b == 0) inside = threads_for(100000, 100);  // no team inside a team
+  });
+  CHECK(inside == 1);
+}
+
+TEST_CASE("ThreadLimitGuard caps the calling thread only, nests, and restores") {
+  ThreadCountGuard guard;
+  set_num_threads(4);
+  {
+    ThreadLimitGuard two(2);
+    CHECK(get_num_threads() == 2);
+    {
+      ThreadLimitGuard eight(8);  // a wider inner limit does not lift the outer one
+      CHECK(get_num_threads() == 2);
+      ThreadLimitGuard one(1);
+      CHECK(get_num_threads() == 1);
+    }
+    CHECK(get_num_threads() == 2);
+    int other = 0;
+    std::thread([&] { other = get_num_threads(); }).join();
+    CHECK(other == 4);  // another thread is not capped
+    // A chunked loop on the capped thread splits in at most 2.
+    std::atomic<int> chunks{0};
+    parallel_for(0, 1000, 1, [&](int64_t, int64_t) { chunks.fetch_add(1); });
+    CHECK(chunks.load() <= 2);
+  }
+  CHECK(get_num_threads() == 4);
+  CHECK_THROWS_WITH_AS(ThreadLimitGuard(0), doctest::Contains("at least 1 thread"), Error);
+}
+
+TEST_CASE("OpenMpTeamSize sets the calling thread's OpenMP team size for a scope") {
+  ThreadCountGuard guard;
+  set_num_threads(3);
+  const int before = omp_get_max_threads();
+  {
+    OpenMpTeamSize team(1);
+    CHECK(omp_get_max_threads() == 1);
+    int seen = 0;
+#pragma omp parallel
+    {
+#pragma omp single
+      seen = omp_get_num_threads();
+    }  // implicit barrier: the team has finished before `seen` is read
+    CHECK(seen == 1);
+  }
+  CHECK(omp_get_max_threads() == before);
+}
+
+TEST_CASE("the default thread count is the cores of the affinity mask") {
+  cpu_set_t saved;
+  REQUIRE(sched_getaffinity(0, sizeof(saved), &saved) == 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &saved)) ++first;
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  const std::string saved_env = env ? env : "";
+  unsetenv("OMP_NUM_THREADS");
+  const int all = default_num_threads();
+  CHECK(all >= 1);
+  CHECK(all <= CPU_COUNT(&saved));  // SMT siblings count once
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  REQUIRE(sched_setaffinity(0, sizeof(one), &one) == 0);  // as `taskset -c <first>` would
+  CHECK(default_num_threads() == 1);
+  setenv("OMP_NUM_THREADS", "3", 1);
+  CHECK(default_num_threads() == 3);  // the environment wins
+  REQUIRE(sched_setaffinity(0, sizeof(saved), &saved) == 0);
+  if (env) {
+    setenv("OMP_NUM_THREADS", saved_env.c_str(), 1);
+  } else {
+    unsetenv("OMP_NUM_THREADS");
+  }
 }

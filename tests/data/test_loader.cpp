@@ -243,6 +243,34 @@ TEST_CASE("an exception in a worker reaches the caller with the sample index, an
                            {"batch 0 of epoch 0", "collate", "example 1"}));
 }
 
+// Records the intra-op thread count each get() sees.
+class ThreadCountDataset : public Dataset {
+ public:
+  int64_t size() const override { return 16; }
+  Example get(int64_t index) const override {
+    const int n = get_num_threads();
+    int seen = max_seen.load();
+    while (n > seen && !max_seen.compare_exchange_weak(seen, n)) {
+    }
+    return {full({2}, static_cast<double>(index)), scalar_tensor(index, kInt64)};
+  }
+  mutable std::atomic<int> max_seen{0};
+};
+
+TEST_CASE("workers run their ops on one thread each; the caller keeps its thread count") {
+  const int saved = get_num_threads();
+  set_num_threads(2);
+  auto ds = std::make_shared<ThreadCountDataset>();
+  DataLoader with_workers(ds, DataLoaderOptions().batch_size(4).workers(2));
+  for (Batch& b : with_workers) CHECK(b.data.size(0) == 4);
+  CHECK(ds->max_seen.load() == 1);  // not a team of 2 per worker
+  auto inline_ds = std::make_shared<ThreadCountDataset>();
+  DataLoader without_workers(inline_ds, DataLoaderOptions().batch_size(4).workers(0));
+  for (Batch& b : without_workers) CHECK(b.data.size(0) == 4);
+  CHECK(inline_ds->max_seen.load() == 2);  // 0 workers: read on the caller's thread, with its threads
+  set_num_threads(saved);
+}
+
 TEST_CASE("prefetch bounds how far the workers run ahead") {
   auto ds = std::make_shared<FailingDataset>(1000, -1);
   DataLoader loader(ds, DataLoaderOptions().batch_size(10).workers(2).prefetch(3));
