@@ -13,8 +13,14 @@
  *                       PyTorch anchor measures its 3->64 case
  *   conv_*_cl           the same with channels_last (NHWC-strided) activations
  *   softmax_f32_4096x4096  softmax over the last dim, GB/s = 2 * 4 * 4096^2 / t
+ *   parallel_region     microseconds per fork and join of the pool (the cost model's fixed cost)
+ *   add_f32_64K         an add of two grains: the smallest add the cost model splits
+ *   linear_f32_128xINxOUT  the MLP's layers at batch 128, GFLOP/s = 2 * 128 * IN * OUT / t
  */
 #include <omp.h>
+
+#include <atomic>
+#include <utility>
 
 #include "ops/ops.h"
 #include "tools/bench/bench.h"
@@ -69,6 +75,39 @@ BenchCase conv_case(int64_t cin, int64_t cout, bool with_grad_input, bool channe
           }};
 }
 
+// linear(x, w, b) with x [batch, in] and w [out, in]: the MLP's layer shapes, small products whose
+// thread count the cost model chooses (core/parallel.h, ops/cpu/onednn_utils.h's ProductTeam).
+BenchCase linear_case(int64_t batch, int64_t in, int64_t out) {
+  const std::string shape = std::to_string(batch) + "x" + std::to_string(in) + "x" + std::to_string(out);
+  return {"linear_f32_" + shape,
+          "gflops",
+          "GFLOP/s",
+          1e9,
+          "linear(x, w, b) float32, x [batch, in] x w^T, " + shape,
+          [batch, in, out] {
+            Tensor x = randn({batch, in}), w = randn({out, in}), b = randn({out});
+            return Workload{[x, w, b] { (void)linear(x, w, b); }, 2.0 * batch * in * out};
+          }};
+}
+
+// The cost of one parallel region: parallel_for over one item per thread with a grain of one
+// item, so that every thread of the pool is woken, runs nothing, and joins.
+BenchCase parallel_region_case() {
+  return {"parallel_region", "us", "fork and join of the thread pool: one parallel_for region doing no work",
+          [](const TimingOptions& options) {
+            std::atomic<int64_t> sink{0};
+            const int64_t items = get_num_threads();
+            Timing t = time_median(
+                [&] {
+                  parallel_for(0, items, 1, [&](int64_t b, int64_t e) {
+                    sink.fetch_add(e - b, std::memory_order_relaxed);
+                  });
+                },
+                options);
+            return std::vector<Metric>{{"us_per_region", t.seconds_per_call * 1e6, "us"}};
+          }};
+}
+
 }  // namespace
 
 std::vector<BenchCase> op_cases() {
@@ -95,6 +134,14 @@ std::vector<BenchCase> op_cases() {
       c.push_back(conv_case(3, 64, /*with_grad_input=*/false, channels_last));
       c.push_back(conv_case(64, 64, /*with_grad_input=*/true, channels_last));
     }
+    c.push_back(parallel_region_case());
+    c.push_back({"add_f32_64K", "gbytes_per_s", "GB/s", 1e9,
+                 "c = a + b over 64K float32 (two grains of the cost model: split once on 2+ threads)", [] {
+                   Tensor a = randn({int64_t{1} << 16}), b = randn({int64_t{1} << 16});
+                   return Workload{[a, b] { (void)add(a, b); }, 3.0 * 4 * (int64_t{1} << 16)};
+                 }});
+    for (auto [in, out] : {std::pair<int64_t, int64_t>{784, 512}, {512, 512}, {512, 10}})
+      c.push_back(linear_case(128, in, out));
     c.push_back({"softmax_f32_4096x4096", "gbytes_per_s", "GB/s", 1e9, "softmax over the last dim of 4096 x 4096 float32",
                  [] {
                    Tensor x = randn({4096, 4096});
