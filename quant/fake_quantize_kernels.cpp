@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "ops/cpu/vector_isa.h"
 #include "ops/ops.h"
 
 namespace loom::quant::detail {
@@ -73,13 +74,16 @@ template <bool kMask>
 void forward_kernel(const float* x, float* y, uint8_t* mask, int64_t n, const Layout& layout,
                     const QParams& p) {
   parallel_for(0, n, kParallelGrain, [&](int64_t b, int64_t e) {
-    for_each_run(b, e, layout, [&](int64_t rb, int64_t re, int64_t c, bool per_element) {
-      uint8_t* m = kMask ? mask + rb : nullptr;
-      const float *s = p.scale.data() + c, *inv = p.inv_scale.data() + c, *z = p.zero_point.data() + c;
-      if (per_element)
-        forward_run<kMask, true>(x + rb, y + rb, m, re - rb, s, inv, z, p.qmin, p.qmax);
-      else
-        forward_run<kMask, false>(x + rb, y + rb, m, re - rb, s, inv, z, p.qmin, p.qmax);
+    // AVX2 in portable builds: SSE2 has no vector rounding for the nearbyint.
+    cpu::with_vector_isa([&] {
+      for_each_run(b, e, layout, [&](int64_t rb, int64_t re, int64_t c, bool per_element) {
+        uint8_t* m = kMask ? mask + rb : nullptr;
+        const float *s = p.scale.data() + c, *inv = p.inv_scale.data() + c, *z = p.zero_point.data() + c;
+        if (per_element)
+          forward_run<kMask, true>(x + rb, y + rb, m, re - rb, s, inv, z, p.qmin, p.qmax);
+        else
+          forward_run<kMask, false>(x + rb, y + rb, m, re - rb, s, inv, z, p.qmin, p.qmax);
+      });
     });
   });
 }

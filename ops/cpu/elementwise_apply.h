@@ -4,8 +4,9 @@
  *
  * apply(): operands that are all contiguous (or broadcast scalars, all strides 0) run as one
  * flat range split over the OpenMP pool; anything else goes through the strided engine of
- * loops.h. write_out(): outputs of kStreamBytes or more that no input shares are computed into
- * an L1 block and written with streaming (non-temporal) stores.
+ * loops.h. Either way each chunk runs through with_vector_isa (AVX2 code in portable builds). write_out():
+ * outputs of kStreamBytes or more that no input shares are computed into an L1 block and written with
+ * streaming (non-temporal) stores.
  */
 #pragma once
 
@@ -15,13 +16,14 @@
 #include <cstring>
 #include <initializer_list>
 
-#if defined(__AVX512F__) || defined(__AVX2__)
+#if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
 #include "core/parallel.h"
 #include "core/tensor.h"
 #include "ops/cpu/loops.h"
+#include "ops/cpu/vector_isa.h"
 
 namespace loom::cpu {
 
@@ -33,9 +35,10 @@ namespace loom::cpu {
 constexpr int64_t kStreamBytes = int64_t{4} << 20;
 // Outputs are computed into an L1 block of this many bytes before being streamed out.
 constexpr int64_t kBlockBytes = 2048;
-// dst <- src, with streaming stores for the 64-byte-aligned part of dst.
+// dst <- src, with streaming stores for the 64-byte-aligned part of dst (SSE2's where a
+// portable build has nothing wider: every x86-64 CPU has them).
 inline void stream_copy(void* dst, const void* src, int64_t bytes) {
-#if defined(__AVX512F__) || defined(__AVX2__)
+#if defined(__x86_64__)
   char* d = static_cast<char*>(dst);
   const char* s = static_cast<const char*>(src);
   const int64_t misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(d) & 63);
@@ -47,10 +50,14 @@ inline void stream_copy(void* dst, const void* src, int64_t bytes) {
   for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
 #if defined(__AVX512F__)
     _mm512_stream_si512(reinterpret_cast<__m512i*>(d), _mm512_loadu_si512(s));
-#else
+#elif defined(__AVX2__)
     _mm256_stream_si256(reinterpret_cast<__m256i*>(d), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
     _mm256_stream_si256(reinterpret_cast<__m256i*>(d + 32),
                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32)));
+#else
+    for (int k = 0; k < 64; k += 16)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + k),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + k)));
 #endif
   }
   std::memcpy(d, s, static_cast<size_t>(bytes));
@@ -62,7 +69,7 @@ inline void stream_copy(void* dst, const void* src, int64_t bytes) {
 // Streaming stores are weakly ordered: fence them before the pool joins and another thread
 // (or the caller) reads the output.
 inline void stream_fence() {
-#if defined(__AVX512F__) || defined(__AVX2__)
+#if defined(__x86_64__)
   _mm_sfence();
 #endif
 }
@@ -126,7 +133,7 @@ void apply(const std::array<const Tensor*, N>& operands, int64_t grain, const Lo
   parallel_for(0, numel, grain, [&](int64_t begin, int64_t end) {
     std::array<char*, N> p;
     for (size_t k = 0; k < N; ++k) p[k] = base[k] + begin * strides[k];
-    loop(p.data(), strides.data(), end - begin);
+    with_vector_isa([&] { loop(p.data(), strides.data(), end - begin); });
   });
 }
 

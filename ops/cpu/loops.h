@@ -19,6 +19,7 @@
 #include "core/numeric_cast.h"
 #include "core/parallel.h"
 #include "core/tensor.h"
+#include "ops/cpu/vector_isa.h"
 
 namespace loom::cpu {
 
@@ -124,8 +125,10 @@ void for_each_run(const std::array<const Tensor*, N>& operands, int64_t grain, c
     DimVector index;
     std::array<char*, N> ptrs;
     g.locate(begin, index, ptrs);
-    g.walk(begin, end, std::move(index), ptrs,
-           [&](const std::array<char*, N>& p, int64_t n) { loop(p.data(), inner_strides.data(), n); });
+    with_vector_isa([&] {
+      g.walk(begin, end, std::move(index), ptrs,
+             [&](const std::array<char*, N>& p, int64_t n) { loop(p.data(), inner_strides.data(), n); });
+    });
   });
 }
 

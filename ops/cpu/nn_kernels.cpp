@@ -12,8 +12,6 @@
  * Numerically stable: softmax(x) = exp(x - max) / sum(exp(x - max)). 16-bit floats are
  * converted to float row by row and accumulate in float; float64 stays in double.
  */
-#include "ops/cpu/eigen_arrays.h"
-
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -24,8 +22,10 @@
 
 #include "core/parallel.h"
 #include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/eigen_arrays.h"
 #include "ops/cpu/parallel_grain.h"
 #include "ops/cpu/row_buffers.h"
+#include "ops/cpu/vector_isa.h"
 #include "ops/dim_geometry.h"
 #include "ops/dispatch.h"
 
@@ -78,8 +78,9 @@ auto exact_exp(const E& e) {
   return (e < S(std::is_same_v<S, float> ? -87.33654 : -708.39641)).select(S(0), e.exp());
 }
 
-// out[i] = exp(x[i] - m); returns the sum.
-float exp_store_sum(float* __restrict out, const float* __restrict x, float m, int64_t n) {
+// out[i] = exp(x[i] - m); returns the sum. The loops take their operands as restrict
+// parameters, not through a lambda's references, which would hide that out aliases nothing.
+inline float exp_store_sum_loop(float* __restrict out, const float* __restrict x, float m, int64_t n) {
   float s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < n; ++i) {
@@ -89,6 +90,9 @@ float exp_store_sum(float* __restrict out, const float* __restrict x, float m, i
   }
   return s;
 }
+float exp_store_sum(float* out, const float* x, float m, int64_t n) {
+  return with_vector_isa([=] { return exp_store_sum_loop(out, x, m, n); });
+}
 double exp_store_sum(double* out, const double* x, double m, int64_t n) {
   ArrayMap<double> o(out, n);
   o = exact_exp(ConstArrayMap<double>(x, n) - m);
@@ -96,11 +100,14 @@ double exp_store_sum(double* out, const double* x, double m, int64_t n) {
 }
 
 // sum(exp(x[i] - m))
-float exp_sum(const float* __restrict x, float m, int64_t n) {
+inline float exp_sum_loop(const float* __restrict x, float m, int64_t n) {
   float s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < n; ++i) s += exp_nonpositive(x[i] - m);
   return s;
+}
+float exp_sum(const float* x, float m, int64_t n) {
+  return with_vector_isa([=] { return exp_sum_loop(x, m, n); });
 }
 double exp_sum(const double* x, double m, int64_t n) {
   return exact_exp(ConstArrayMap<double>(x, n) - m).sum();

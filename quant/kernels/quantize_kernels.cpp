@@ -13,6 +13,7 @@
 #endif
 
 #include "core/parallel.h"
+#include "ops/cpu/vector_isa.h"
 #include "ops/ops.h"
 
 namespace loom::quant {
@@ -64,6 +65,17 @@ void check_qparams(std::string_view op, float scale, int32_t zero_point, DType d
 // zero-point-relative value (bounds are integers, so clamp-then-round equals round-then-clamp)
 // before the conversion, which would otherwise wrap out-of-range values; NaN goes to qmin.
 template <class Q>
+inline void quantize_loop(const float* __restrict x, Q* __restrict q, int64_t n, float inv, int32_t zp,
+                          float lo, float hi) {
+  for (int64_t i = 0; i < n; ++i) {
+    float v = x[i] * inv;
+    v = v >= lo ? v : lo;
+    v = v <= hi ? v : hi;
+    q[i] = static_cast<Q>(static_cast<int32_t>(std::nearbyint(v)) + zp);
+  }
+}
+
+template <class Q>
 void quantize_range(const float* x, Q* q, int64_t n, float inv, int32_t zp) {
   const float lo = static_cast<float>(std::numeric_limits<Q>::min() - zp);
   const float hi = static_cast<float>(std::numeric_limits<Q>::max() - zp);
@@ -79,12 +91,14 @@ void quantize_range(const float* x, Q* q, int64_t n, float inv, int32_t zp) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_cvtepi32_epi8(r));
   }
 #endif
-  for (; i < n; ++i) {
-    float v = x[i] * inv;
-    v = v >= lo ? v : lo;
-    v = v <= hi ? v : hi;
-    q[i] = static_cast<Q>(static_cast<int32_t>(std::nearbyint(v)) + zp);
-  }
+  // The rest (all of it without AVX-512) in AVX2 where the CPU has it: SSE2 alone has no
+  // vector rounding, so the portable build's loop would stay scalar.
+  cpu::with_vector_isa([=] { quantize_loop(x + i, q + i, n - i, inv, zp, lo, hi); });
+}
+
+template <class Q>
+inline void dequantize_loop(const Q* __restrict q, float* __restrict x, int64_t n, float scale, int32_t zp) {
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(static_cast<int32_t>(q[i]) - zp) * scale;
 }
 
 template <class Q>
@@ -99,7 +113,7 @@ void dequantize_range(const Q* q, float* x, int64_t n, float scale, int32_t zp) 
     _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(w, vzp)), vs));
   }
 #endif
-  for (; i < n; ++i) x[i] = static_cast<float>(static_cast<int32_t>(q[i]) - zp) * scale;
+  cpu::with_vector_isa([=] { dequantize_loop(q + i, x + i, n - i, scale, zp); });
 }
 
 // Conversions are a few cycles per element: below ~64k elements a single thread is faster

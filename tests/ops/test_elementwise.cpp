@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "ops/cpu/vector_isa.h"
 #include "ops/ops.h"
 #include "tests/test_util.h"
 
@@ -917,4 +918,46 @@ TEST_CASE("errors name the op and the shapes") {
   CHECK_THROWS_WITH_AS(a.add_(b), doctest::Contains("add_"), Error);
   CHECK_THROWS_WITH_AS(add(a, Tensor()), doctest::Contains("add"), Error);
   CHECK_THROWS_WITH_AS(exp(Tensor()), doctest::Contains("exp"), Error);
+}
+
+TEST_CASE("run-time vector ISA: AVX2 loops give the baseline loops' results") {
+  using cpu::VectorIsa;
+  const VectorIsa saved = cpu::vector_isa();
+#ifdef LOOM_VECTOR_DISPATCH_ACTIVE
+  // A portable build on an AVX2 CPU dispatches; anything else runs the baseline loops twice.
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  CHECK(cpu::set_vector_isa(VectorIsa::Avx2) == (avx2 ? VectorIsa::Avx2 : VectorIsa::Baseline));
+#endif
+  manual_seed(3);
+  // Odd sizes: the vector loops' remainders; large enough for two chunks on two threads.
+  Tensor a = randn({70001}), b = randn({70001}), m = randn({37, 1029}).mul(8);
+  Tensor x64 = m.to(kFloat64);
+  auto run = [&] {
+    return std::vector<Tensor>{add(a, b),
+                               mul(a, b.narrow(0, 0, 1).expand({70001})),
+                               relu(a),
+                               clamp(a, -0.5, 0.5),
+                               softmax(m, -1),
+                               log_softmax(m, -1),
+                               a.to(kBFloat16).to(kFloat32)};
+  };
+  cpu::set_vector_isa(VectorIsa::Baseline);
+  const std::vector<Tensor> baseline = run();
+  cpu::set_vector_isa(VectorIsa::Avx2);
+  const std::vector<Tensor> vectorised = run();
+  cpu::set_vector_isa(saved);
+  // Adds, products, selects and casts are exact in any ISA; the exp differs by rounding only.
+  for (size_t i : {0, 1, 2, 3, 6}) {
+    CAPTURE(i);
+    CHECK(equal(baseline[i], vectorised[i]));
+  }
+  CHECK(allclose(baseline[4], vectorised[4], 1e-6, 1e-7));
+  // log_softmax is x - logsumexp: the sum's rounding shows as an absolute error of the row's
+  // scale (|x| up to ~30 here) times float's epsilon.
+  CHECK(allclose(baseline[5], vectorised[5], 0, 3e-5));
+  CHECK(allclose(vectorised[5].to(kFloat64), log_softmax(x64, -1), 0, 3e-5));
+  // And both are right: softmax against float64.
+  CHECK(allclose(vectorised[4].to(kFloat64), softmax(x64, -1), 1e-6, 1e-8));
+  CHECK(allclose(baseline[4].to(kFloat64), softmax(x64, -1), 1e-6, 1e-8));
 }

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/cuda.h"
+#include "ops/cpu/vector_isa.h"
 #include "ops/ops.h"
 #include "tools/bench/bench.h"
 
@@ -24,11 +25,14 @@ namespace {
 // Runs one case at `threads` intra-op threads and prints its line(s).
 void run_case(const loom::bench::BenchCase& c, int threads, const loom::bench::TimingOptions& options,
               bool json) {
+  // Which vector code Loom's own loops ran (a portable build picks it at run time).
+  const std::string isa = loom::cpu::vector_isa_name(loom::cpu::vector_isa());
   if (c.measure) {  // a self-measuring case: one line per metric
     for (const auto& m : c.measure(options)) {
       if (json) {
         nlohmann::json j = {{"case", c.name},     {"device", c.device}, {"threads", threads},
-                            {"metric", m.metric}, {"value", m.value},   {"unit", m.unit}};
+                            {"metric", m.metric}, {"value", m.value},   {"unit", m.unit},
+                            {"isa", isa}};
         std::cout << j.dump() << std::endl;
       } else {
         std::printf("%-28s %10.3f %-9s %s (%d threads)\n", c.name.c_str(), m.value, m.unit.c_str(),
@@ -50,7 +54,8 @@ void run_case(const loom::bench::BenchCase& c, int threads, const loom::bench::T
                         {"unit", c.unit},
                         {"median_s", m.seconds_per_call},
                         {"samples", m.samples},
-                        {"calls_per_sample", m.calls_per_sample}};
+                        {"calls_per_sample", m.calls_per_sample},
+                        {"isa", isa}};
     std::cout << j.dump() << std::endl;
   } else {
     std::printf("%-28s %10.1f %-9s (median of %d samples, %.3f ms per call, %d threads)\n", c.name.c_str(),

@@ -1,0 +1,47 @@
+/*
+ * Run-time choice of the vector instructions for Loom's own loops, so that a portable build
+ * (-DLOOM_NATIVE=OFF: the x86-64 baseline, SSE2) still runs AVX2 code on a CPU that has it.
+ *
+ * with_vector_isa(body) calls body() from a function compiled for AVX2 + FMA when the CPU has
+ * them. That function is `flatten`: GCC inlines the whole call tree of body (the elementwise
+ * loop, its functor) into it and vectorises it for AVX2; the same source also runs unchanged on
+ * older CPUs. Only auto-vectorised loops gain: Eigen chooses its packets when it is compiled.
+ *
+ * The dispatch exists where LOOM_VECTOR_DISPATCH is defined (portable optimised builds; see the
+ * top-level CMakeLists.txt) and the baseline lacks AVX2. Native builds already compile for this
+ * CPU, and sanitizer builds skip it. AVX-512 gets the AVX2 code: GCC prefers 256-bit vectors
+ * even for AVX-512 targets, so a separate AVX-512 version would mostly repeat it.
+ */
+#pragma once
+
+#include <utility>
+
+namespace loom::cpu {
+
+enum class VectorIsa { Baseline, Avx2 };
+
+// The instructions with_vector_isa uses: the best the CPU has, capped by LOOM_CPU_ISA
+// (baseline or avx2) in the environment and by set_vector_isa.
+VectorIsa vector_isa();
+const char* vector_isa_name(VectorIsa isa);
+// Caps the choice for the whole process, e.g. to compare AVX2 and baseline code in one run.
+// Returns the ISA now in use (never more than the CPU has or this build can dispatch to).
+VectorIsa set_vector_isa(VectorIsa wanted);
+
+#if defined(LOOM_VECTOR_DISPATCH) && !defined(__AVX2__) && defined(__x86_64__)
+#define LOOM_VECTOR_DISPATCH_ACTIVE 1
+template <class Body>
+__attribute__((target("avx2,fma,f16c,bmi,bmi2,popcnt"), flatten)) decltype(auto) run_avx2(const Body& body) {
+  return body();
+}
+#endif
+
+template <class Body>
+inline decltype(auto) with_vector_isa(const Body& body) {
+#ifdef LOOM_VECTOR_DISPATCH_ACTIVE
+  if (vector_isa() == VectorIsa::Avx2) return run_avx2(body);
+#endif
+  return body();
+}
+
+}  // namespace loom::cpu
