@@ -9,6 +9,7 @@
 
 #include "ops/cpu/onednn_utils.h"
 #include "ops/ops.h"
+#include "quant/kernels/int8_split_weights.h"
 #include "quant/kernels/quantize_kernels.h"
 
 namespace loom::quant {
@@ -71,6 +72,11 @@ struct Int8Conv2d::Impl {
   Int8ConvOptions options;
   Int8Output& output = params.output;
   int64_t out, in, kh, kw;
+  // On CPUs whose int8 products saturate, the convolution reads each group's input channels
+  // twice and the split weight halves (int8_split_weights.h): gemm_in = 2 * in channels.
+  bool split = false;
+  int64_t gemm_in = 0;
+  Tensor gemm_weight;
   std::vector<float> scales, folded_bias;
   Tensor bias_tensor;
   // The zero point given to oneDNN (when it is not folded into the bias): an int32 [1] tensor.
@@ -82,8 +88,8 @@ struct Int8Conv2d::Impl {
 
   memory::desc plain_weights_md() const {
     const int64_t g = options.groups;
-    if (g == 1) return memory::desc({out, in, kh, kw}, memory::data_type::s8, memory::format_tag::oihw);
-    return memory::desc({g, out / g, in / g, kh, kw}, memory::data_type::s8, memory::format_tag::goihw);
+    if (g == 1) return memory::desc({out, gemm_in, kh, kw}, memory::data_type::s8, memory::format_tag::oihw);
+    return memory::desc({g, out / g, gemm_in / g, kh, kw}, memory::data_type::s8, memory::format_tag::goihw);
   }
 
   Tensor packed_for(const memory::desc& md) {
@@ -93,9 +99,9 @@ struct Int8Conv2d::Impl {
     Tensor bytes = onednn::scratch_bytes(md.get_size());
     onednn::Reorder r = onednn::make_reorder(plain_weights_md(), md);
     if (r.needed)
-      onednn::run_reorder(r, weight.data_ptr(), bytes.data_ptr());
+      onednn::run_reorder(r, gemm_weight.data_ptr(), bytes.data_ptr());
     else
-      std::memcpy(bytes.data_ptr(), weight.data_ptr(), md.get_size());
+      std::memcpy(bytes.data_ptr(), gemm_weight.data_ptr(), md.get_size());
     packed.emplace_back(md, bytes);
     return bytes;
   }
@@ -108,12 +114,12 @@ struct Int8Conv2d::Impl {
     const int64_t wo = out_extent(w, kw, options.stride_w, options.pad_w, options.dilation_w);
     p.out_sizes = {n, out, ho, wo};
     const auto any = memory::format_tag::any;
-    memory::desc src_any({n, in, h, w}, memory::data_type::u8, any);
+    memory::desc src_any({n, gemm_in, h, w}, memory::data_type::u8, any);
     memory::desc dst_any({n, out, ho, wo}, onednn::data_type(output.dtype), any);
     memory::desc weights_any =
         options.groups == 1
-            ? memory::desc({out, in, kh, kw}, memory::data_type::s8, any)
-            : memory::desc({options.groups, out / options.groups, in / options.groups, kh, kw},
+            ? memory::desc({out, gemm_in, kh, kw}, memory::data_type::s8, any)
+            : memory::desc({options.groups, out / options.groups, gemm_in / options.groups, kh, kw},
                            memory::data_type::s8, any);
     dnnl::primitive_attr attr = onednn::user_scratchpad_attr();
     attr.set_output_scales(scales.size() > 1 ? 1 << 1 : 0, scales);
@@ -149,7 +155,7 @@ struct Int8Conv2d::Impl {
     p.scratch_md = pd.scratchpad_desc();
     memory::desc user_src = activation_md(x);
     if (detail::is_channels_last(x)) {  // e.g. a contiguous C == 1 input is NHWC as well
-      memory::desc nhwc({n, in, h, w}, memory::data_type::u8, memory::format_tag::nhwc);
+      memory::desc nhwc({n, gemm_in, h, w}, memory::data_type::u8, memory::format_tag::nhwc);
       if (nhwc == p.src_md) user_src = nhwc;
     }
     p.src_reorder = onednn::make_reorder(user_src, p.src_md);
@@ -189,6 +195,9 @@ Int8Conv2d::Int8Conv2d(const Tensor& weight, const Tensor& weight_scales, const 
   m.options = options;
   m.out = weight.size(0);
   m.in = weight.size(1) * o.groups;
+  m.split = int8_products_saturate();
+  m.gemm_in = m.split ? 2 * m.in : m.in;
+  m.gemm_weight = m.split ? split_weight_halves(m.weight) : m.weight;
   m.kh = weight.size(2);
   m.kw = weight.size(3);
   m.scales = std::move(params.scales);
@@ -224,10 +233,11 @@ Tensor Int8Conv2d::forward(const Tensor& x) const {
   if (x.size(0) == 0) return m.output_tensor_like({0, m.out, ho, wo});
   Tensor xq =
       x.dtype() == kFloat32 ? quantize_per_tensor_fast(x, m.input_scale, m.input_zero_point, kUInt8) : x;
+  if (m.split) xq = repeat_input_channels(xq, o.groups);  // each group's channels twice
   Tensor y;
   onednn::guarded(op, [&] {
     // The threads the product's size pays for; a plan is built for (and keyed by) that count.
-    onednn::ProductTeam team(x.size(0) * m.out * ho * wo * (m.in / o.groups) * m.kh * m.kw);
+    onednn::ProductTeam team(x.size(0) * m.out * ho * wo * (m.gemm_in / o.groups) * m.kh * m.kw);
     auto plan =
         m.plans.get(onednn::Key().add(xq).add(omp_get_max_threads()), [&] { return m.make_plan(xq); });
     y = m.output_tensor_like(plan->out_sizes);

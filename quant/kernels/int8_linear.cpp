@@ -9,6 +9,7 @@
 
 #include "ops/cpu/onednn_utils.h"
 #include "ops/ops.h"
+#include "quant/kernels/int8_split_weights.h"
 #include "quant/kernels/quantize_kernels.h"
 
 namespace loom::quant {
@@ -125,6 +126,11 @@ struct Int8Linear::Impl {
   int32_t& input_zero_point = params.input_zero_point;
   Int8Output& output = params.output;
   int64_t in, out;
+  // On CPUs whose int8 products saturate, the matmul reduces over [x, x] and the split weight
+  // halves (int8_split_weights.h): `reduced` = 2 * in and gemm_weight [out, 2 * in].
+  bool split = false;
+  int64_t reduced = 0;
+  Tensor gemm_weight;
   std::vector<float> scales, folded_bias;
   Tensor bias_tensor;  // folded_bias as a [1, out] float tensor (undefined when none)
 
@@ -138,23 +144,23 @@ struct Int8Linear::Impl {
     std::lock_guard<std::mutex> lock(packed_mutex);
     for (auto& [layout, bytes] : packed)
       if (layout == md) return bytes;
-    // The weight [out, in] row-major is the matmul's B = W^T [in, out] with strides (1, in).
-    memory::desc plain({in, out}, memory::data_type::s8, memory::dims{1, in});
+    // The weight [out, k] row-major is the matmul's B = W^T [k, out] with strides (1, k).
+    memory::desc plain({reduced, out}, memory::data_type::s8, memory::dims{1, reduced});
     Tensor bytes = onednn::scratch_bytes(md.get_size());
     onednn::Reorder r = onednn::make_reorder(plain, md);
     if (r.needed)
-      onednn::run_reorder(r, weight.data_ptr(), bytes.data_ptr());
+      onednn::run_reorder(r, gemm_weight.data_ptr(), bytes.data_ptr());
     else
-      std::memcpy(bytes.data_ptr(), weight.data_ptr(), md.get_size());
+      std::memcpy(bytes.data_ptr(), gemm_weight.data_ptr(), md.get_size());
     packed.emplace_back(md, bytes);
     return bytes;
   }
 
   Plan make_plan(int64_t batch) {
     Plan p;
-    p.src_md = memory::desc({batch, in}, memory::data_type::u8, memory::format_tag::ab);
+    p.src_md = memory::desc({batch, reduced}, memory::data_type::u8, memory::format_tag::ab);
     p.dst_md = memory::desc({batch, out}, onednn::data_type(output.dtype), memory::format_tag::ab);
-    memory::desc any_weights({in, out}, memory::data_type::s8, memory::format_tag::any);
+    memory::desc any_weights({reduced, out}, memory::data_type::s8, memory::format_tag::any);
     dnnl::primitive_attr attr = onednn::user_scratchpad_attr();
     attr.set_output_scales(scales.size() > 1 ? 1 << 1 : 0, scales);
     if (output.dtype != kFloat32 && output.zero_point != 0)
@@ -193,6 +199,9 @@ Int8Linear::Int8Linear(const Tensor& weight, const Tensor& weight_scales, const 
   m.params = detail::detached_layer_params(weight, weight_scales, bias, input_scale, input_zero_point, output);
   m.out = weight.size(0);
   m.in = weight.size(1);
+  m.split = int8_products_saturate();
+  m.reduced = m.split ? 2 * m.in : m.in;
+  m.gemm_weight = m.split ? split_weight_halves(m.weight) : m.weight;
   m.scales = std::move(params.scales);
   m.folded_bias = std::move(params.bias);
   if (!m.folded_bias.empty()) {
@@ -203,7 +212,7 @@ Int8Linear::Int8Linear(const Tensor& weight, const Tensor& weight_scales, const 
   // fast as the others, and a layout mismatch between batch sizes shows up here.
   onednn::guarded(op, [&] {
     for (int64_t batch : {int64_t{1}, int64_t{128}}) {
-      onednn::ProductTeam team(batch * m.in * m.out);
+      onednn::ProductTeam team(batch * m.reduced * m.out);
       m.plans.get(onednn::Key().add(batch).add(omp_get_max_threads()), [&] { return m.make_plan(batch); });
     }
   });
@@ -226,9 +235,10 @@ Tensor Int8Linear::forward(const Tensor& x) const {
   Tensor xq =
       (x.dtype() == kFloat32 ? quantize_per_tensor_fast(x, m.input_scale, m.input_zero_point, kUInt8) : x)
           .contiguous();
+  if (m.split) xq = repeat_input_channels(xq, 1);  // [x, x] for the split weight halves
   onednn::guarded(op, [&] {
     // The threads the product's size pays for; a plan is built for (and keyed by) that count.
-    onednn::ProductTeam team(batch * m.in * m.out);
+    onednn::ProductTeam team(batch * m.reduced * m.out);
     auto plan =
         m.plans.get(onednn::Key().add(batch).add(omp_get_max_threads()), [&] { return m.make_plan(batch); });
     std::unordered_map<int, memory> args;

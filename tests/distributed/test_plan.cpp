@@ -51,8 +51,13 @@ namespace {
 
 // Measured peak / predicted peak must lie in [1 - tol, 1 + tol]. The GPT's activations are
 // Korthikanti et al.'s count (model_spec.h), which Loom's blocks undercut by about a tenth at
-// this size: the peak comes out 3-8% below the prediction.
-constexpr double kMemoryTolerance = 0.05;
+// this size: the peak comes out 3-8% below the prediction. The measured peak also holds
+// oneDNN's matmul scratchpads, which the planner does not model and which depend on the CPU:
+// AVX-512's brgemm matmul packs its operands into them, AVX2's gemm:jit needs none (0 bytes for
+// every shape here). On the AVX-512 VM every layout was within 5%; on an AVX2 AMD EPYC the
+// DDP and tensor-parallel layouts came out 5-10% below the prediction (tp 4: -10.0%), ZeRO's
+// within 2.4%.
+constexpr double kMemoryTolerance = 0.12;
 constexpr double kGptMemoryTolerance = 0.10;
 const std::vector<int64_t> kSizes = {64, 256, 256, 32};
 constexpr int64_t kRankBatch = 32;  // samples per data-parallel rank and step

@@ -19,6 +19,7 @@
 #include "quant/kernels/int8_conv2d.h"
 #include "quant/kernels/int8_linear.h"
 #include "quant/kernels/int8_pool.h"
+#include "quant/kernels/int8_split_weights.h"
 #include "quant/kernels/quantize_kernels.h"
 #include "tests/test_util.h"
 
@@ -438,4 +439,44 @@ TEST_CASE("int8 max pool equals a float max pool of the dequantized values") {
   CHECK_THROWS_WITH_AS(int8_max_pool2d(h, 2, 2, 2), doctest::Contains("at most half"), Error);
   CHECK_THROWS_WITH_AS(int8_max_pool2d(h, 0, 2), doctest::Contains("kernel and stride"), Error);
   CHECK_THROWS_WITH_AS(int8_max_pool2d(h, 3, 1), doctest::Contains("smaller than the kernel"), Error);
+}
+
+// The largest products an int8 layer can meet: 255 x 127 and 255 x -128, summed over 256 inputs.
+// CPUs without VNNI add products in pairs in a saturating int16 (2 x 255 x 127 > 32767); the
+// layers then reduce over split weight halves (int8_split_weights.h), so the sums stay exact.
+TEST_CASE("int8 linear and conv2d: extreme products are exact on every CPU") {
+  CAPTURE(int8_products_saturate());
+  const int64_t k = 256;
+  Tensor w = empty({3, k}, TensorOptions(kInt8));
+  int8_t* wp = w.data_ptr<int8_t>();
+  for (int64_t i = 0; i < k; ++i) {
+    wp[i] = 127;
+    wp[k + i] = -128;
+    wp[2 * k + i] = static_cast<int8_t>(i % 2 ? 127 : -128);
+  }
+  Tensor x = full({2, k}, 255.0).to(kUInt8);
+  const std::vector<float> want{255.0f * 127 * k, -255.0f * 128 * k, 255.0f * (127 - 128) * k / 2};
+  Int8Linear linear(w, full({1}, 1.0), Tensor(), 1.0f, 0, {});
+  Tensor y = linear.forward(x);
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t c = 0; c < 3; ++c) CHECK(y[r][c].item<float>() == want[static_cast<size_t>(c)]);
+  // The same products as a 1x1 convolution over 256 channels, in 2 groups of 128.
+  Int8ConvOptions grouped;
+  grouped.groups = 2;
+  Tensor wc = w.narrow(1, 0, 128).reshape({3, 128, 1, 1}).repeat({2, 1, 1, 1});  // 6 output channels
+  Int8Conv2d conv(wc, full({1}, 1.0), Tensor(), 1.0f, 0, grouped, {});
+  Tensor yc = conv.forward(full({1, k, 2, 2}, 255.0).to(kUInt8));
+  for (int64_t c = 0; c < 6; ++c) CHECK(yc[0][c][1][1].item<float>() == want[static_cast<size_t>(c % 3)] / 2);
+}
+
+TEST_CASE("split weight halves: [x, x] . halves equals x . w for every int8 weight") {
+  Tensor w = arange(-128, 128).to(kInt8).reshape({2, 128});
+  Tensor halves = split_weight_halves(w).to(kInt64);
+  REQUIRE((halves.size(0) == 2 && halves.size(1) == 256));
+  CHECK(halves.abs().max().item<int64_t>() <= 64);
+  CHECK(equal(halves.narrow(1, 0, 128) + halves.narrow(1, 128, 128), w.to(kInt64)));
+  Tensor x = arange(0, 8).to(kUInt8).reshape({1, 4, 2});
+  Tensor twice = repeat_input_channels(x, 2).to(kInt64);  // groups of 2 channels: [0 1 0 1 | 2 3 2 3]
+  CHECK(twice.flatten().to_vector<int64_t>() ==
+        std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7});
 }
