@@ -22,7 +22,13 @@ int thread_count() {
   // ThreadSanitizer starts a helper thread of its own when the first thread is created: create
   // one first, so that baselines include it.
   static const bool warmed = [] {
-    std::thread([] {}).join();
+    pid_t tid = 0;
+    std::thread([&] { tid = gettid(); }).join();
+    // join() returns a moment before the kernel removes the thread's task: wait until it has,
+    // or a baseline taken now counts it and the test's end finds one thread fewer.
+    const std::string task = "/proc/self/task/" + std::to_string(tid);
+    for (int i = 0; i < 1000 && access(task.c_str(), F_OK) == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return true;
   }();
   (void)warmed;
