@@ -148,7 +148,7 @@ void eigen_matmul(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
       for (int64_t i = begin; i < end; ++i) one(i);
     });
   } else {
-    OpenMpTeamSize team(threads_for(flops_per_matrix, onednn::kMacsPerThread));
+    onednn::ProductTeam team(flops_per_matrix);
     for (int64_t i = 0; i < batch; ++i) one(i);
   }
 }
