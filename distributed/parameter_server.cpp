@@ -9,6 +9,12 @@
  * A worker's next request is received only once its previous one is handled, which is what
  * makes "push then pull" return the parameters with that push applied. With several servers a
  * worker runs this exchange with each of them, for that server's shard.
+ *
+ * Requests and versions go over the control group, parameters and gradients over the data group
+ * (the same group on the CPU; NCCL on GPUs, see the header for why that order cannot deadlock).
+ * A transfer on the data group is always posted after the request that announces it, by both
+ * sides: an NCCL operation (and the emulated one, which blocks its caller) may wait until its
+ * peer posts the other half, and the server posts its half only once it has read the request.
  */
 #include "distributed/parameter_server.h"
 
@@ -29,8 +35,16 @@ enum TagOffset : int { kRequestTag = 0, kGradientTag = 1, kVersionTag = 2, kPara
 
 // The module's parameters, checked to be packable into flat buffers of one dtype and to cover
 // every server with at least one tensor.
-std::vector<Tensor> checked_parameters(const char* who, const ProcessGroup& group, const nn::Module& module,
+std::vector<Tensor> checked_parameters(const char* who, const PsGroups& groups, const nn::Module& module,
                                        const PsOptions& options) {
+  LOOM_CHECK(groups.control && groups.data, who, ": null process group");
+  const ProcessGroup& group = *groups.control;
+  const ProcessGroup& data = *groups.data;
+  LOOM_CHECK(group.device().is_cpu(), who,
+             ": the control group must be a CPU group (MPI) that the server can poll, but ", group.describe(),
+             " is on ", group.device());
+  LOOM_CHECK(data.size() == group.size() && data.rank() == group.rank(), who, ": the data group (",
+             data.describe(), ") must have the control group's members and ranks (", group.describe(), ")");
   LOOM_CHECK(options.num_servers >= 1 && options.num_servers < group.size(), who, ": num_servers ",
              options.num_servers, " must be in [1, ", group.size() - 1, "] so that ", group.describe(),
              " has at least one server and one worker");
@@ -47,6 +61,8 @@ std::vector<Tensor> checked_parameters(const char* who, const ProcessGroup& grou
                params[0].dtype(), " on ", params[0].device(), ", parameter ", i, " is ", p.dtype(), " on ",
                p.device());
   }
+  LOOM_CHECK(params[0].device() == data.device(), who, ": the parameters are on ", params[0].device(),
+             " but the data group ", data.describe(), " sends from ", data.device());
   return params;
 }
 
@@ -121,11 +137,15 @@ struct ParameterServer::Peer {
   int64_t computed_on = 0;
 };
 
-ParameterServer::ParameterServer(std::shared_ptr<ProcessGroup> group, std::shared_ptr<nn::Module> module,
+ParameterServer::ParameterServer(PsGroups groups, std::shared_ptr<nn::Module> module,
                                  const OptimizerFactory& make_optimizer, PsOptions options)
-    : group_(std::move(group)), module_(std::move(module)), options_(options) {
-  LOOM_CHECK(group_ && module_, "ParameterServer: null group or module");
-  const std::vector<Tensor> all = checked_parameters("ParameterServer", *group_, *module_, options_);
+    : group_(std::move(groups.control)),
+      data_(std::move(groups.data)),
+      module_(std::move(module)),
+      options_(options) {
+  LOOM_CHECK(module_, "ParameterServer: null module");
+  const std::vector<Tensor> all =
+      checked_parameters("ParameterServer", PsGroups(group_, data_), *module_, options_);
   LOOM_CHECK(group_->rank() < options_.num_servers, "ParameterServer: constructed on rank ", group_->rank(),
              ", but only ranks below num_servers = ", options_.num_servers, " serve (", group_->describe(),
              ")");
@@ -209,7 +229,7 @@ PsStats ParameterServer::run() {
         reply.params = empty({numel_}, flat_options);
         pack(params_, params_, reply.params);
         reply.version_sent = group_->send_async(reply.version, peer.rank, base + kVersionTag);
-        reply.params_sent = group_->send_async(reply.params, peer.rank, base + kParamsTag);
+        reply.params_sent = data_->send_async(reply.params, peer.rank, base + kParamsTag);
         replies.push_back(std::move(reply));
         ++stats_.pulls;
         peer.pending = group_->recv_async(peer.request, peer.rank, base + kRequestTag);
@@ -221,7 +241,7 @@ PsStats ParameterServer::run() {
         peer.state = Peer::State::AwaitGradient;
         // The worker sends the gradient right after the request; receive it into this peer's
         // own buffer, then apply it when this receive completes (a later turn of the loop).
-        peer.pending = group_->recv_async(peer.gradient, peer.rank, base + kGradientTag);
+        peer.pending = data_->recv_async(peer.gradient, peer.rank, base + kGradientTag);
       } else if (kind == kDone) {
         peer.state = Peer::State::Done;
         --active;
@@ -261,10 +281,13 @@ PsStats ParameterServer::run() {
 
 // ---- worker --------------------------------------------------------------------------------
 
-Worker::Worker(std::shared_ptr<ProcessGroup> group, std::shared_ptr<nn::Module> module, PsOptions options)
-    : group_(std::move(group)), module_(std::move(module)), options_(options) {
-  LOOM_CHECK(group_ && module_, "Worker: null group or module");
-  const std::vector<Tensor> all = checked_parameters("Worker", *group_, *module_, options_);
+Worker::Worker(PsGroups groups, std::shared_ptr<nn::Module> module, PsOptions options)
+    : group_(std::move(groups.control)),
+      data_(std::move(groups.data)),
+      module_(std::move(module)),
+      options_(options) {
+  LOOM_CHECK(module_, "Worker: null module");
+  const std::vector<Tensor> all = checked_parameters("Worker", PsGroups(group_, data_), *module_, options_);
   LOOM_CHECK(group_->rank() >= options_.num_servers, "Worker: rank ", group_->rank(),
              " is a server rank (num_servers = ", options_.num_servers, ", ", group_->describe(), ")");
   const std::vector<int> owner = assign_shards(all, options_.num_servers);
@@ -314,14 +337,14 @@ void Worker::pull() {
   LOOM_CHECK(!finished_, "Worker::pull: called after finish() on rank ", group_->rank());
   wait_sends();
   const int base = options_.tag_base;
-  // Receives posted before the requests, so the replies land straight in these buffers; all
-  // servers are asked at once and answer in parallel.
+  // All servers are asked at once and answer in parallel. The parameters' receives follow the
+  // requests, in server order (the header says why both orders matter on NCCL).
   std::vector<WorkPtr> received;
-  for (Shard& shard : shards_) {
+  for (Shard& shard : shards_)
     received.push_back(group_->recv_async(shard.reply_version, shard.server, base + kVersionTag));
-    received.push_back(group_->recv_async(shard.reply_params, shard.server, base + kParamsTag));
-  }
   for (Shard& shard : shards_) send_request(shard, kPull, 0);
+  for (Shard& shard : shards_)
+    received.push_back(data_->recv_async(shard.reply_params, shard.server, base + kParamsTag));
   // Waits for every server's reply: each handles our earlier push first, so these are the
   // parameters with it applied (or refused). Times out with the group's timeout.
   for (WorkPtr& work : received) work->wait();
@@ -348,8 +371,10 @@ void Worker::push() {
     for (const Tensor& p : shard.params) grads.push_back(p.grad());
     pack(grads, shard.params, shard.gradient);
     send_request(shard, kPush, shard.version);
-    sends_.push_back(group_->send_async(shard.gradient, shard.server, options_.tag_base + kGradientTag));
   }
+  // After every request, in server order: see pull().
+  for (Shard& shard : shards_)
+    sends_.push_back(data_->send_async(shard.gradient, shard.server, options_.tag_base + kGradientTag));
   ++pushes_;
 }
 
@@ -364,14 +389,14 @@ void Worker::finish() {
 
 // ---- driver --------------------------------------------------------------------------------
 
-PsStats train_async(std::shared_ptr<ProcessGroup> group, std::shared_ptr<nn::Module> module,
+PsStats train_async(PsGroups groups, std::shared_ptr<nn::Module> module,
                     const OptimizerFactory& make_optimizer,
                     const std::function<bool(nn::Module& module, int64_t step)>& step, PsOptions options) {
-  LOOM_CHECK(group != nullptr, "train_async: null group");
-  if (group->rank() < options.num_servers)
-    return ParameterServer(std::move(group), std::move(module), make_optimizer, options).run();
+  LOOM_CHECK(groups.control != nullptr, "train_async: null group");
+  if (groups.control->rank() < options.num_servers)
+    return ParameterServer(std::move(groups), std::move(module), make_optimizer, options).run();
 
-  Worker worker(group, module, options);
+  Worker worker(std::move(groups), module, options);
   std::vector<Tensor> params = module->parameters();
   for (int64_t i = 0;; ++i) {
     worker.pull();

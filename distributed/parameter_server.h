@@ -27,13 +27,14 @@
  * synchronous SGD.
  *
  * Wire protocol, per worker w and server (tags offset by PsOptions::tag_base; P = the number of
- * parameter elements the server holds):
- *   w -> server  kRequest  int64 [2]  {kind, version}: kind Pull, Push or Done; version = the
- *                                     parameters' version the pushed gradient was computed on
- *   w -> server  kGradient flat [P]   after a Push request: the gradient of each of the server's
- *                                     parameters, concatenated in parameters() order (zeros for none)
- *   server -> w  kVersion  int64 [1]  reply to a Pull: the version of the parameters that follow
- *   server -> w  kParams   flat [P]   reply to a Pull: the server's parameters, concatenated
+ * parameter elements the server holds; "control" and "data" are the groups of PsGroups, one and
+ * the same group unless NCCL carries the data):
+ *   w -> server  kRequest  int64 [2]  control: {kind, version}: kind Pull, Push or Done; version =
+ *                                     the parameters' version the pushed gradient was computed on
+ *   w -> server  kGradient flat [P]   data, after a Push request: the gradient of each of the
+ *                                     server's parameters, in parameters() order (zeros for none)
+ *   server -> w  kVersion  int64 [1]  control, reply to a Pull: the version of the parameters
+ *   server -> w  kParams   flat [P]   data, reply to a Pull: the server's parameters, concatenated
  * MPI keeps the order of messages between two ranks with the same tag, and the server handles a
  * worker's next request only after it finished the previous one, so a Pull sent right after a
  * Push sees the parameters with that Push applied (or refused).
@@ -59,8 +60,27 @@
  * each variable independently); since the optimizers update every tensor on its own, K servers
  * with staleness 0 and one worker still compute exactly synchronous SGD.
  *
- * All parameters must be contiguous and of one floating dtype, on the device the group's backend
- * sends from (CPU for MPI).
+ * All parameters must be contiguous and of one floating dtype, on the device the data group sends
+ * from (CPU for MPI, CUDA for NCCL).
+ *
+ * On GPUs (PsGroups{control, data}): the requests and versions stay on a CPU group (MPI), the
+ * parameters and gradients go over NCCL on CUDA tensors. The server must serve whichever worker
+ * is ready, and NCCL cannot wait for that: it has no tags, no receive from any source, and a
+ * posted receive holds up every later operation on its stream until its sender arrives. So the
+ * server polls tagged MPI requests, as on the CPU, and only then posts the NCCL transfer, which
+ * the worker has posted (or is about to post) on its side:
+ *
+ *      worker w                         server s
+ *      MPI  request {Push, v}  -------> polled; post NCCL recv(gradient, w)
+ *      NCCL send(gradient, s)  =======> (completes; apply or drop)
+ *      MPI  request {Pull}     -------> polled; MPI send(version), NCCL send(parameters, w)
+ *      NCCL recv(parameters, s) <======
+ *
+ * Why this cannot deadlock: NCCL matches a pair's transfers in issue order, and each side issues
+ * them in the order of the requests; a worker issues its transfers with several servers in server
+ * order, and sends a pull's requests only after its push's transfers completed. A server's
+ * transfer can then be held up only by its worker finishing a transfer with a lower-numbered
+ * server, so no cycle of waits can form.
  */
 #pragma once
 
@@ -100,6 +120,19 @@ struct PsStats {
   std::vector<int64_t> applied_per_rank, dropped_per_rank;
 };
 
+// The groups the protocol's messages travel on; the same members and ranks in both. `control`
+// carries the small requests and versions, which the server polls in whatever order they come:
+// a CPU group (MPI). `data` carries the parameters and gradients, from the device of the
+// module's parameters: the same MPI group on the CPU, or NCCL on CUDA tensors (made from
+// `control` by make_nccl_group). One group converts to PsGroups that use it for both.
+struct PsGroups {
+  PsGroups(std::shared_ptr<ProcessGroup> both)
+      : control(both), data(std::move(both)) {}  // NOLINT: implicit on purpose
+  PsGroups(std::shared_ptr<ProcessGroup> control_group, std::shared_ptr<ProcessGroup> data_group)
+      : control(std::move(control_group)), data(std::move(data_group)) {}
+  std::shared_ptr<ProcessGroup> control, data;
+};
+
 // Makes a server's optimizer over its shard of the master parameters (in parameters() order).
 using OptimizerFactory = std::function<std::unique_ptr<nn::Optimizer>(std::vector<Tensor> params)>;
 
@@ -115,9 +148,10 @@ class ParameterServer {
  public:
   // Throws loom::Error if this rank is not a server (rank >= options.num_servers), there is no
   // worker (num_servers >= group size), staleness < 0, the parameters are not contiguous, of one
-  // floating dtype, or there are fewer parameter tensors than servers.
-  ParameterServer(std::shared_ptr<ProcessGroup> group, std::shared_ptr<nn::Module> module,
-                  const OptimizerFactory& make_optimizer, PsOptions options = {});
+  // floating dtype, on the data group's device, or there are fewer parameter tensors than
+  // servers; or the two groups differ in size or rank, or the control group is not on the CPU.
+  ParameterServer(PsGroups groups, std::shared_ptr<nn::Module> module, const OptimizerFactory& make_optimizer,
+                  PsOptions options = {});
 
   // Serves pulls and pushes from every worker, in whatever order they come, until every worker
   // sent "done". Throws loom::Error when no message arrives within the group's timeout (naming
@@ -132,7 +166,8 @@ class ParameterServer {
   struct Peer;
   void apply_gradient(Peer& peer, int64_t computed_on);
 
-  std::shared_ptr<ProcessGroup> group_;
+  std::shared_ptr<ProcessGroup> group_;  // control: requests and versions
+  std::shared_ptr<ProcessGroup> data_;   // parameters and gradients
   std::shared_ptr<nn::Module> module_;
   std::vector<Tensor> params_;
   std::unique_ptr<nn::Optimizer> optimizer_;
@@ -146,7 +181,7 @@ class ParameterServer {
 class Worker {
  public:
   // Throws loom::Error as ParameterServer's constructor (for a rank that is a server).
-  Worker(std::shared_ptr<ProcessGroup> group, std::shared_ptr<nn::Module> module, PsOptions options = {});
+  Worker(PsGroups groups, std::shared_ptr<nn::Module> module, PsOptions options = {});
   // Sends "done" if finish() was not called (errors ignored: a destructor cannot throw).
   ~Worker();
   Worker(const Worker&) = delete;
@@ -178,7 +213,8 @@ class Worker {
   void send_request(Shard& shard, int64_t kind, int64_t version);
   void wait_sends();
 
-  std::shared_ptr<ProcessGroup> group_;
+  std::shared_ptr<ProcessGroup> group_;  // control: requests and versions
+  std::shared_ptr<ProcessGroup> data_;   // parameters and gradients
   std::shared_ptr<nn::Module> module_;
   PsOptions options_;
   std::vector<Shard> shards_;
@@ -195,7 +231,7 @@ class Worker {
 // stats returned hold only its own `pulls` and `pushes`.
 // When `step` throws on a worker, the Worker's destructor still sends "done" before the exception
 // leaves, so the server and the other workers finish instead of waiting for it.
-PsStats train_async(std::shared_ptr<ProcessGroup> group, std::shared_ptr<nn::Module> module,
+PsStats train_async(PsGroups groups, std::shared_ptr<nn::Module> module,
                     const OptimizerFactory& make_optimizer,
                     const std::function<bool(nn::Module& module, int64_t step)>& step,
                     PsOptions options = {});

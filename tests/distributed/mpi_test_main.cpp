@@ -39,34 +39,59 @@ void print_skipped(const std::string& reason) {
   if (world()->rank() == 0) std::cout << "[skipped: " << reason << "]" << std::endl;
 }
 
+namespace {
+
+struct NcclGroups {
+  std::shared_ptr<distributed::ProcessGroup> bootstrap, nccl;
+};
+
+#if LOOM_WITH_NCCL
+NcclGroups make_nccl_groups() {
+  distributed::ProcessGroup& mpi = *world();
+  const int gpus = cuda::device_count();
+  // Every rank must take part in new_group, whatever its GPU count: decide collectively.
+  Tensor min_gpus = full({1}, gpus, TensorOptions(DType::Int64));
+  mpi.all_reduce(min_gpus, distributed::ReduceOp::Min);
+  const int64_t fewest = min_gpus.item<int64_t>();
+  const bool everyone = fewest >= mpi.size() || (LOOM_NCCL_EMULATED && fewest > 0);
+  std::vector<int> members = {0};
+  if (everyone) {
+    members.resize(static_cast<size_t>(mpi.size()));
+    for (int r = 0; r < mpi.size(); ++r) members[static_cast<size_t>(r)] = r;
+  } else if (mpi.rank() == 0 && gpus > 0) {
+    std::cout << "nccl: " << gpus << " GPU(s) for " << mpi.size()
+              << " ranks: testing an NCCL group of world size 1" << std::endl;
+  }
+  std::shared_ptr<distributed::ProcessGroup> part = mpi.new_group(members);
+  if (!part || gpus == 0) return {};
+  return {part, distributed::make_nccl_group(*part)};
+}
+#endif
+
+const NcclGroups& nccl_groups() {
+#if LOOM_WITH_NCCL
+  static const NcclGroups groups = make_nccl_groups();
+#else
+  static const NcclGroups groups;
+#endif
+  return groups;
+}
+
+}  // namespace
+
 std::shared_ptr<distributed::ProcessGroup> nccl_world_or_skip() {
 #if LOOM_WITH_NCCL
-  static const std::shared_ptr<distributed::ProcessGroup> group = [] {
-    distributed::ProcessGroup& mpi = *world();
-    const int gpus = cuda::device_count();
-    // Every rank must take part in new_group, whatever its GPU count: decide collectively.
-    Tensor min_gpus = full({1}, gpus, TensorOptions(DType::Int64));
-    mpi.all_reduce(min_gpus, distributed::ReduceOp::Min);
-    const int64_t fewest = min_gpus.item<int64_t>();
-    const bool everyone = fewest >= mpi.size() || (LOOM_NCCL_EMULATED && fewest > 0);
-    std::vector<int> members = {0};
-    if (everyone) {
-      members.resize(static_cast<size_t>(mpi.size()));
-      for (int r = 0; r < mpi.size(); ++r) members[static_cast<size_t>(r)] = r;
-    } else if (mpi.rank() == 0 && gpus > 0) {
-      std::cout << "nccl: " << gpus << " GPU(s) for " << mpi.size() << " ranks: testing an NCCL group of world size 1"
-                << std::endl;
-    }
-    std::shared_ptr<distributed::ProcessGroup> part = mpi.new_group(members);
-    if (!part || gpus == 0) return std::shared_ptr<distributed::ProcessGroup>();
-    return distributed::make_nccl_group(*part);
-  }();
+  const auto& group = nccl_groups().nccl;
   if (!group) std::cout << "[skipped: no GPU] rank " << world()->rank() << std::endl;
   return group;
 #else
   print_skipped("NCCL backend not built");
   return nullptr;
 #endif
+}
+
+std::shared_ptr<distributed::ProcessGroup> nccl_bootstrap_group() {
+  return nccl_groups().nccl ? nccl_groups().bootstrap : nullptr;
 }
 
 }  // namespace loom::test

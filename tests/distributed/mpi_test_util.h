@@ -35,4 +35,8 @@ void print_skipped(const std::string& reason);
 // nullptr, after "[skipped: no GPU]", on a rank that has no GPU or is left out.
 std::shared_ptr<distributed::ProcessGroup> nccl_world_or_skip();
 
+// The MPI group the NCCL group above was made from (the same members and ranks), after
+// nccl_world_or_skip() returned one; nullptr otherwise.
+std::shared_ptr<distributed::ProcessGroup> nccl_bootstrap_group();
+
 }  // namespace loom::test
