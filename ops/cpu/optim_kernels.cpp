@@ -2,14 +2,12 @@
  * CPU kernels of the multi-tensor optimizer ops (ops/optim_ops.h). Each element's update is
  * computed in registers by one loop over raw pointers, specialised at compile time on the
  * terms in use, and all the tensors' elements are processed in one parallel range
- * (flat_range.h), so results do not depend on the thread count. These are the loops nn::Adam,
+ * (flat_range.h), so results do not depend on the thread count; each share runs through
+ * with_vector_isa (AVX2 code in portable builds). These are the loops nn::Adam,
  * nn::SGD and nn::clip_grad_norm_ ran before the ops existed, moved here unchanged: CPU
  * training stays byte-identical.
  */
-#include <immintrin.h>
-
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -18,11 +16,23 @@
 #include "core/error.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/flat_range.h"
+#include "ops/cpu/vector_isa.h"
 #include "ops/dispatch.h"
 
 namespace loom::cpu {
 
 namespace {
+
+// Calls f(std::integral_constant<unsigned, terms>{}) for terms < kCount: a chain of direct
+// calls, which with_vector_isa's flatten inlines and compiles for its ISA (through a table of
+// function pointers it could not).
+template <unsigned kCount, class F>
+void visit_variant(unsigned terms, const F& f) {
+  [&]<unsigned... kTerms>(std::integer_sequence<unsigned, kTerms...>) {
+    (void)((terms == kTerms ? (f(std::integral_constant<unsigned, kTerms>{}), true) : false) || ...);
+  }
+  (std::make_integer_sequence<unsigned, kCount>{});
+}
 
 std::vector<int64_t> numels_of(const std::vector<Tensor>& tensors) {
   std::vector<int64_t> numels;
@@ -50,26 +60,13 @@ struct AdamItem {
   AdamStepFactors factors;
 };
 
-// Square roots of x[0, n) in place, correctly rounded. GCC does not vectorise std::sqrt (it
-// keeps the errno path for negative inputs), so the hardware instruction is called directly
-// where the target has it; the scalar tail gives the same, correctly rounded, results.
+// Square roots of x[0, n) in place, correctly rounded. This file is compiled with
+// -fno-math-errno (ops/CMakeLists.txt): with errno to set for negative inputs GCC keeps
+// std::sqrt scalar; without, the loop becomes the hardware's vector square root for whatever
+// ISA it is compiled or dispatched for.
 template <class T>
-void sqrt_in_place(T* x, int64_t n) {
-  int64_t i = 0;
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>) {
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_sqrt_ps(_mm512_loadu_ps(x + i)));
-  } else {
-    for (; i + 8 <= n; i += 8) _mm512_storeu_pd(x + i, _mm512_sqrt_pd(_mm512_loadu_pd(x + i)));
-  }
-#elif defined(__AVX__)
-  if constexpr (std::is_same_v<T, float>) {
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_sqrt_ps(_mm256_loadu_ps(x + i)));
-  } else {
-    for (; i + 4 <= n; i += 4) _mm256_storeu_pd(x + i, _mm256_sqrt_pd(_mm256_loadu_pd(x + i)));
-  }
-#endif
-  for (; i < n; ++i) x[i] = std::sqrt(x[i]);
+void sqrt_in_place(T* __restrict x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = std::sqrt(x[i]);
 }
 
 // Elements per tile: the loop runs in three passes over a tile (moments, square roots,
@@ -118,19 +115,10 @@ void adam_loop(const AdamItem& item, const AdamStepOptions& h, int64_t begin, in
   }
 }
 
-using AdamLoop = void (*)(const AdamItem&, const AdamStepOptions&, int64_t, int64_t);
-
-template <class T, size_t... kTerms>
-constexpr std::array<AdamLoop, kNumAdamVariants> adam_loops(std::index_sequence<kTerms...>) {
-  return {&adam_loop<T, static_cast<unsigned>(kTerms)>...};
-}
-
 void fused_adam_kernel(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                        const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-                       const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<AdamStepFactors>& factors,
-                       const AdamStepOptions& options) {
-  static constexpr auto kFloatLoops = adam_loops<float>(std::make_index_sequence<kNumAdamVariants>());
-  static constexpr auto kDoubleLoops = adam_loops<double>(std::make_index_sequence<kNumAdamVariants>());
+                       const std::vector<Tensor>& max_exp_avg_sqs,
+                       const std::vector<AdamStepFactors>& factors, const AdamStepOptions& options) {
   unsigned terms = 0;
   if (options.decoupled)
     terms |= kDecoupled;
@@ -142,7 +130,14 @@ void fused_adam_kernel(const std::vector<Tensor>& params, const std::vector<Tens
     items[i] = {params[i].data_ptr(), grads[i].data_ptr(), exp_avgs[i].data_ptr(), exp_avg_sqs[i].data_ptr(),
                 options.amsgrad ? max_exp_avg_sqs[i].data_ptr() : nullptr, factors[i]};
   FlatRange(numels_of(params)).parallel_visit([&](size_t k, int64_t begin, int64_t end) {
-    (params[k].dtype() == kFloat32 ? kFloatLoops : kDoubleLoops)[terms](items[k], options, begin, end);
+    with_vector_isa([&] {
+      visit_variant<kNumAdamVariants>(terms, [&](auto kTerms) {
+        if (params[k].dtype() == kFloat32)
+          adam_loop<float, kTerms>(items[k], options, begin, end);
+        else
+          adam_loop<double, kTerms>(items[k], options, begin, end);
+      });
+    });
   });
 }
 
@@ -186,17 +181,8 @@ void sgd_loop(const Tensor& param, const Tensor& grad, const Tensor* buffer, con
   }
 }
 
-using SgdLoop = void (*)(const Tensor&, const Tensor&, const Tensor*, const SgdStepOptions&, int64_t, int64_t);
-
-template <class T, size_t... kTerms>
-constexpr std::array<SgdLoop, kNumSgdVariants> sgd_loops(std::index_sequence<kTerms...>) {
-  return {&sgd_loop<T, static_cast<unsigned>(kTerms)>...};
-}
-
 void fused_sgd_kernel(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                       const std::vector<Tensor>& momentum_buffers, const SgdStepOptions& options) {
-  static constexpr auto kFloatLoops = sgd_loops<float>(std::make_index_sequence<kNumSgdVariants>());
-  static constexpr auto kDoubleLoops = sgd_loops<double>(std::make_index_sequence<kNumSgdVariants>());
   unsigned terms = 0;
   if (options.weight_decay != 0) terms |= kWeightDecay;
   if (options.momentum != 0) {
@@ -206,8 +192,14 @@ void fused_sgd_kernel(const std::vector<Tensor>& params, const std::vector<Tenso
   }
   FlatRange(numels_of(params)).parallel_visit([&](size_t k, int64_t begin, int64_t end) {
     const Tensor* buffer = options.momentum != 0 ? &momentum_buffers[k] : nullptr;
-    (params[k].dtype() == kFloat32 ? kFloatLoops : kDoubleLoops)[terms](params[k], grads[k], buffer, options,
-                                                                         begin, end);
+    with_vector_isa([&] {
+      visit_variant<kNumSgdVariants>(terms, [&](auto kTerms) {
+        if (params[k].dtype() == kFloat32)
+          sgd_loop<float, kTerms>(params[k], grads[k], buffer, options, begin, end);
+        else
+          sgd_loop<double, kTerms>(params[k], grads[k], buffer, options, begin, end);
+      });
+    });
   });
 }
 

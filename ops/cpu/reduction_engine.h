@@ -17,6 +17,8 @@
  * reduced over dim 1) the reduced range is also cut into chunks whose partial results are
  * combined pairwise afterwards; the chunking depends only on the shapes, so results do not
  * depend on the number of threads. Columns fold rows in a two-level cascade (kCascade).
+ * Each thread's share runs through with_vector_isa (AVX2 in portable builds); the folds'
+ * fixed lanes keep the order of the additions, so the results do not depend on the ISA either.
  *
  * A reducer tells the engine what to do:
  *   Acc identity();                                              empty accumulator
@@ -42,6 +44,7 @@
 #include "core/tensor.h"
 #include "ops/cpu/block_conversion.h"
 #include "ops/cpu/parallel_grain.h"
+#include "ops/cpu/vector_isa.h"
 #include "ops/reduction_plan.h"
 
 namespace loom::cpu::reduction {
@@ -239,25 +242,27 @@ void reduce(const Tensor& in, IntArrayRef dims, const R& r) {
 
   if (chunks <= 1) {
     parallel_for(0, units, grain_for(n_red * width), [&](int64_t ub, int64_t ue) {
-      if (!columns) {  // outputs in order, their offsets stepped rather than recomputed
-        const int64_t kept_stride = kept.inner_stride();
-        kept.for_each_run(ub, ue, [&](int64_t off, int64_t n, int64_t pos) {
-          for (int64_t k = 0; k < n; ++k) {
-            Acc acc = r.identity();
-            fold_rows(data + off + k * kept_stride, pos + k, 0, n_red, acc);
-            r.write(pos + k, acc);
-          }
-        });
-        return;
-      }
-      Acc acc[kColumns];
-      for (int64_t u = ub; u < ue; ++u) {
-        int64_t first = 0, count = 0;
-        unit_outputs(u, first, count);
-        std::fill(acc, acc + count, r.identity());
-        run_unit(u, 0, n_red, acc);
-        for (int64_t j = 0; j < count; ++j) r.write(first + j, acc[j]);
-      }
+      with_vector_isa([&] {
+        if (!columns) {  // outputs in order, their offsets stepped rather than recomputed
+          const int64_t kept_stride = kept.inner_stride();
+          kept.for_each_run(ub, ue, [&](int64_t off, int64_t n, int64_t pos) {
+            for (int64_t k = 0; k < n; ++k) {
+              Acc acc = r.identity();
+              fold_rows(data + off + k * kept_stride, pos + k, 0, n_red, acc);
+              r.write(pos + k, acc);
+            }
+          });
+          return;
+        }
+        Acc acc[kColumns];
+        for (int64_t u = ub; u < ue; ++u) {
+          int64_t first = 0, count = 0;
+          unit_outputs(u, first, count);
+          std::fill(acc, acc + count, r.identity());
+          run_unit(u, 0, n_red, acc);
+          for (int64_t j = 0; j < count; ++j) r.write(first + j, acc[j]);
+        }
+      });
     });
     return;
   }
@@ -268,10 +273,12 @@ void reduce(const Tensor& in, IntArrayRef dims, const R& r) {
   std::unique_ptr<Acc[]> partial(new Acc[static_cast<size_t>(n_partial)]);
   std::fill(partial.get(), partial.get() + n_partial, r.identity());
   parallel_for(0, units * chunks, 1, [&](int64_t b, int64_t e) {
-    for (int64_t item = b; item < e; ++item) {
-      const int64_t u = item / chunks, c = item % chunks;
-      run_unit(u, c * chunk_len, std::min(n_red, (c + 1) * chunk_len), partial.get() + item * width);
-    }
+    with_vector_isa([&] {
+      for (int64_t item = b; item < e; ++item) {
+        const int64_t u = item / chunks, c = item % chunks;
+        run_unit(u, c * chunk_len, std::min(n_red, (c + 1) * chunk_len), partial.get() + item * width);
+      }
+    });
   });
   // Pairwise combination of the chunk partials, in order (a covers earlier elements than b).
   for (int64_t u = 0; u < units; ++u) {

@@ -940,18 +940,41 @@ TEST_CASE("run-time vector ISA: AVX2 loops give the baseline loops' results") {
                                clamp(a, -0.5, 0.5),
                                softmax(m, -1),
                                log_softmax(m, -1),
-                               a.to(kBFloat16).to(kFloat32)};
+                               a.to(kBFloat16).to(kFloat32),
+                               m.sum({1}),
+                               m.sum({0}),
+                               a.sum(),
+                               m.var({1})};
+  };
+  // One SGD (momentum, weight decay) and one AdamW step from the same state.
+  auto steps = [&] {
+    Tensor p = a.clone(), q = a.clone(), buffer = b.clone(), exp_avg = b.mul(0.1), exp_avg_sq = b.abs();
+    fused_sgd_({p}, {b}, {buffer}, SgdStepOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
+    fused_adam_(
+        {q}, {b}, {exp_avg}, {exp_avg_sq}, {}, {3},
+        AdamStepOptions{
+            .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01, .decoupled = true});
+    return std::vector<Tensor>{p, buffer, q, exp_avg, exp_avg_sq};
   };
   cpu::set_vector_isa(VectorIsa::Baseline);
-  const std::vector<Tensor> baseline = run();
+  const std::vector<Tensor> baseline = run(), baseline_steps = steps();
   cpu::set_vector_isa(VectorIsa::Avx2);
-  const std::vector<Tensor> vectorised = run();
+  const std::vector<Tensor> vectorised = run(), vectorised_steps = steps();
   cpu::set_vector_isa(saved);
   // Adds, products, selects and casts are exact in any ISA; the exp differs by rounding only.
-  for (size_t i : {0, 1, 2, 3, 6}) {
+  // The sums and the variance add in the same order in any ISA (fixed lanes): equal bit for bit.
+  for (size_t i : {0, 1, 2, 3, 6, 7, 8, 9, 10}) {
     CAPTURE(i);
     CHECK(equal(baseline[i], vectorised[i]));
   }
+  // The optimizer steps may fuse a * b + c into one rounding (FMA) in AVX2 code.
+  for (size_t i = 0; i < baseline_steps.size(); ++i) {
+    CAPTURE(i);
+    CHECK(allclose(baseline_steps[i], vectorised_steps[i], 1e-6, 1e-7));
+  }
+  // And the sums are right: against float64.
+  CHECK(allclose(vectorised[7].to(kFloat64), x64.sum({1}), 1e-6, 1e-4));
+  CHECK(allclose(vectorised[8].to(kFloat64), x64.sum({0}), 1e-6, 1e-4));
   CHECK(allclose(baseline[4], vectorised[4], 1e-6, 1e-7));
   // log_softmax is x - logsumexp: the sum's rounding shows as an absolute error of the row's
   // scale (|x| up to ~30 here) times float's epsilon.

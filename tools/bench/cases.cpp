@@ -16,6 +16,8 @@
  *   parallel_region     microseconds per fork and join of the pool (the cost model's fixed cost)
  *   add_f32_64K         an add of two grains: the smallest add the cost model splits
  *   linear_f32_128xINxOUT  the MLP's layers at batch 128, GFLOP/s = 2 * 128 * IN * OUT / t
+ *   sum_f32_4096x4096_{rows,cols}  sum over dim 1 (a row each) and dim 0 (a bias gradient's
+ *                       shape), GB/s = 4 * 4096^2 / t
  */
 #include <omp.h>
 
@@ -147,6 +149,12 @@ std::vector<BenchCase> op_cases() {
                    Tensor x = randn({4096, 4096});
                    return Workload{[x] { (void)softmax(x, -1); }, 2.0 * 4 * 4096 * 4096};
                  }});
+    for (int64_t dim : {1, 0})
+      c.push_back({std::string("sum_f32_4096x4096_") + (dim == 1 ? "rows" : "cols"), "gbytes_per_s", "GB/s",
+                   1e9, "sum of 4096 x 4096 float32 over dim " + std::to_string(dim), [dim] {
+                     Tensor x = randn({4096, 4096});
+                     return Workload{[x, dim] { (void)x.sum({dim}); }, 4.0 * 4096 * 4096};
+                   }});
     return c;
 }
 

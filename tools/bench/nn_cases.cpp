@@ -9,6 +9,10 @@
  *   mlp_train_bf16, cnn_train_bf16  the same steps with the forward under bf16 autocast (the
  *              matmuls and convolutions in bf16, float32 weights and optimizer), as
  *              torch.autocast("cpu", torch.bfloat16); PyTorch's side is in tools/bench/torch_extra.py
+ *   sgd_step_f32_4M, adamw_step_f32_4M  one optimizer step alone, over 16 tensors of 256K floats
+ *              with gradients: SGD(0.01, momentum 0.9) moves 5 x 4 bytes a parameter (reads p, g,
+ *              buffer; writes p, buffer), AdamW 7 x 4 (p, g, m, v; p, m, v): GB/s. PyTorch's side
+ *              (foreach and fused) is in tools/bench/torch_extra.py
  */
 #include <memory>
 
@@ -69,6 +73,24 @@ Workload gpt_train() {
   return training_step(model, optimizer, input, target, static_cast<double>(kBatch * kContext));
 }
 
+// Parameters with gradients, as an optimizer meets them after backward.
+std::vector<Tensor> parameters_with_grads(int64_t tensors, int64_t numel) {
+  std::vector<Tensor> params;
+  for (int64_t i = 0; i < tensors; ++i) {
+    Tensor p = randn({numel}).set_requires_grad(true);
+    p.mutable_grad() = randn({numel});
+    params.push_back(p);
+  }
+  return params;
+}
+
+template <class Optim, class Options>
+Workload optimizer_step(Options options, double bytes_per_param) {
+  constexpr int64_t kTensors = 16, kNumel = int64_t{1} << 18;
+  auto optimizer = std::make_shared<Optim>(parameters_with_grads(kTensors, kNumel), options);
+  return Workload{[optimizer] { optimizer->step(); }, bytes_per_param * kTensors * kNumel};
+}
+
 }  // namespace
 
 std::vector<BenchCase> nn_cases() {
@@ -82,9 +104,19 @@ std::vector<BenchCase> nn_cases() {
                 "MLP 784-512-512-10 training step under bf16 autocast, SGD momentum, batch 128",
                 [] { return mlp_train(true); }),
       BenchCase("cnn_train_bf16", "samples_per_s", "samples/s", 1,
-                "small CNN training step under bf16 autocast, SGD momentum, batch 64", [] { return cnn_train(true); }),
+                "small CNN training step under bf16 autocast, SGD momentum, batch 64",
+                [] { return cnn_train(true); }),
       BenchCase("gpt_train", "tokens_per_s", "tokens/s", 1,
                 "GPT L4 H4 d128 T64 vocab 65 training step, AdamW, batch 16", gpt_train),
+      BenchCase("sgd_step_f32_4M", "gbytes_per_s", "GB/s", 1e9,
+                "SGD momentum step alone over 16 x 256K float32 parameters (5 x 4 bytes each)",
+                [] { return optimizer_step<nn::SGD>(nn::SGDOptions{.lr = 0.01, .momentum = 0.9}, 5.0 * 4); }),
+      BenchCase("adamw_step_f32_4M", "gbytes_per_s", "GB/s", 1e9,
+                "AdamW step alone over 16 x 256K float32 parameters (7 x 4 bytes each)",
+                [] {
+                  return optimizer_step<nn::AdamW>(nn::AdamWOptions{.lr = 3e-4, .weight_decay = 0.01},
+                                                   7.0 * 4);
+                }),
   };
 }
 

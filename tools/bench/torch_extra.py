@@ -1,6 +1,7 @@
 """PyTorch side of the bench cases that ../shared/anchors/ does not cover: add_f32_16M,
-copy_f32_16M (torch's own copy_), softmax_f32_4096x4096, predict_cnn_{f32,int8}_b{256,1} and
-{mlp,cnn}_train_bf16, measured like the anchors.
+copy_f32_16M (torch's own copy_), softmax_f32_4096x4096, sum_f32_4096x4096_{rows,cols},
+{sgd,adamw}_step_f32_4M, predict_cnn_{f32,int8}_b{256,1} and {mlp,cnn}_train_bf16, measured
+like the anchors.
 
     /usr/bin/python3 tools/bench/torch_extra.py --threads 2
 """
@@ -24,6 +25,29 @@ emit(args, bench_name(), "copy_f32_16M", m, gbytes_per_s=round(2 * 4 * n / m["se
 x = torch.randn(4096, 4096)
 m = measure(lambda: torch.softmax(x, -1), args)
 emit(args, bench_name(), "softmax_f32_4096x4096", m, gbytes_per_s=round(2 * 4 * 4096 * 4096 / m["sec"] / 1e9, 1))
+for name, dim in (("sum_f32_4096x4096_rows", 1), ("sum_f32_4096x4096_cols", 0)):
+    m = measure(lambda: torch.sum(x, dim), args)
+    emit(args, bench_name(), name, m, gbytes_per_s=round(4 * 4096 * 4096 / m["sec"] / 1e9, 1))
+
+# sgd_step_f32_4M, adamw_step_f32_4M: one optimizer step over 16 x 256K float32 parameters with
+# gradients, as tools/bench/nn_cases.cpp; foreach (the default) and, where this PyTorch has it on
+# the CPU (2.4 and later), fused. GB/s counts 5 x 4 (SGD momentum) and 7 x 4 (AdamW) bytes a parameter.
+params = [torch.randn(1 << 18, requires_grad=True) for _ in range(16)]
+for p in params:
+    p.grad = torch.randn(1 << 18)
+for name, make, bytes_per_param in (
+        ("sgd_step_f32_4M", lambda **kw: torch.optim.SGD(params, lr=0.01, momentum=0.9, **kw), 5 * 4),
+        ("adamw_step_f32_4M", lambda **kw: torch.optim.AdamW(params, lr=3e-4, weight_decay=0.01, **kw), 7 * 4)):
+    for variant, kw in (("foreach", {"foreach": True}), ("fused", {"fused": True})):
+        try:
+            opt = make(**kw)
+            opt.step()
+        except (RuntimeError, TypeError, ValueError) as e:  # no CPU fused step in this PyTorch
+            print(f"# {name} {variant}: {e}".splitlines()[0], file=sys.stderr)
+            continue
+        m = measure(opt.step, args)
+        emit(args, bench_name(), f"{name} {variant}", m,
+             gbytes_per_s=round(bytes_per_param * 16 * (1 << 18) / m["sec"] / 1e9, 1))
 
 # predict_cnn_{f32,int8}_b{256,1}: PyTorch's side of tools/bench/predict_cases.cpp — the SmallCNN
 # of models.py (3x32x32, as Loom's SmallCNN(3, 10, 32)) in eval and torch.inference_mode(), f32 and
