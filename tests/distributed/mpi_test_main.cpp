@@ -90,6 +90,14 @@ std::shared_ptr<distributed::ProcessGroup> nccl_world_or_skip() {
 #endif
 }
 
+std::vector<int64_t> gather_counts(distributed::ProcessGroup& group, int64_t value) {
+  Tensor slots = zeros({group.size()}, kInt64);
+  slots.data_ptr<int64_t>()[group.rank()] = value;
+  // Every rank needs every other rank's value: the sum of one-hot slots.
+  group.all_reduce(slots);
+  return slots.to_vector<int64_t>();
+}
+
 std::shared_ptr<distributed::ProcessGroup> nccl_bootstrap_group() {
   return nccl_groups().nccl ? nccl_groups().bootstrap : nullptr;
 }

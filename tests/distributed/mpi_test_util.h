@@ -10,8 +10,10 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "distributed/process_group.h"
 
@@ -38,5 +40,9 @@ std::shared_ptr<distributed::ProcessGroup> nccl_world_or_skip();
 // The MPI group the NCCL group above was made from (the same members and ranks), after
 // nccl_world_or_skip() returned one; nullptr otherwise.
 std::shared_ptr<distributed::ProcessGroup> nccl_bootstrap_group();
+
+// Every rank's `value`, on every rank of `group`: slot r holds rank r's (an all-reduce of
+// one-hot slots, so a collective every rank calls at this point).
+std::vector<int64_t> gather_counts(distributed::ProcessGroup& group, int64_t value);
 
 }  // namespace loom::test

@@ -75,15 +75,6 @@ double max_rel_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& e, 
   return worst;
 }
 
-// Slot r of the result holds rank r's value, on every rank of `group`.
-std::vector<int64_t> gather_counts(ProcessGroup& group, int64_t value) {
-  Tensor slots = zeros({group.size()}, kInt64);
-  slots.data_ptr<int64_t>()[group.rank()] = value;
-  // Every rank needs every other rank's count: a collective all ranks call at this point.
-  group.all_reduce(slots);
-  return slots.to_vector<int64_t>();
-}
-
 }  // namespace
 
 TEST_CASE("nccl parameter server: staleness 0 with one worker on CUDA equals CPU SGD, one server or two") {
@@ -161,8 +152,8 @@ TEST_CASE("nccl parameter server: workers at different paces on CUDA stay within
         {.staleness = bound, .num_servers = servers});
 
     const bool server = control.rank() < servers;
-    const std::vector<int64_t> pushes = gather_counts(control, server ? 0 : stats.pushes);
-    const std::vector<int64_t> pulls = gather_counts(control, server ? 0 : stats.pulls);
+    const std::vector<int64_t> pushes = test::gather_counts(control, server ? 0 : stats.pushes);
+    const std::vector<int64_t> pulls = test::gather_counts(control, server ? 0 : stats.pulls);
     if (!server) {
       CHECK(stats.pushes == kSteps);
       for (const Tensor& p : model->parameters()) CHECK(p.device() == gpu);

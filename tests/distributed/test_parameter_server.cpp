@@ -55,16 +55,6 @@ OptimizerFactory sgd_factory(nn::SGDOptions options) {
       [options](std::vector<Tensor> params) { return std::make_unique<nn::SGD>(std::move(params), options); };
 }
 
-// Each rank's contribution to a world-wide sum, placed in its own slot: after the all-reduce,
-// slot r holds rank r's value on every rank.
-std::vector<int64_t> gather_counts(ProcessGroup& group, int64_t value) {
-  Tensor slots = zeros({group.size()}, kInt64);
-  slots.data_ptr<int64_t>()[group.rank()] = value;
-  // Every rank needs every other rank's count: a collective all ranks call at this point.
-  group.all_reduce(slots);
-  return slots.to_vector<int64_t>();
-}
-
 }  // namespace
 
 TEST_CASE("shards: whole tensors, largest first to the least loaded server") {
@@ -158,8 +148,8 @@ TEST_CASE("every applied gradient is within the staleness bound") {
 
     const bool server = world->rank() < servers;
     // Every rank's count of its own pushes and pulls, on every rank (servers contribute 0).
-    const std::vector<int64_t> pushes = gather_counts(*world, server ? 0 : stats.pushes);
-    const std::vector<int64_t> pulls = gather_counts(*world, server ? 0 : stats.pulls);
+    const std::vector<int64_t> pushes = test::gather_counts(*world, server ? 0 : stats.pushes);
+    const std::vector<int64_t> pulls = test::gather_counts(*world, server ? 0 : stats.pulls);
     if (!server) {
       CHECK(stats.pushes == kSteps);
       continue;
