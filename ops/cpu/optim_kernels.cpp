@@ -133,9 +133,9 @@ void fused_adam_kernel(const std::vector<Tensor>& params, const std::vector<Tens
     with_vector_isa([&] {
       visit_variant<kNumAdamVariants>(terms, [&](auto kTerms) {
         if (params[k].dtype() == kFloat32)
-          adam_loop<float, kTerms>(items[k], options, begin, end);
+          adam_loop<float, decltype(kTerms)::value>(items[k], options, begin, end);
         else
-          adam_loop<double, kTerms>(items[k], options, begin, end);
+          adam_loop<double, decltype(kTerms)::value>(items[k], options, begin, end);
       });
     });
   });
@@ -195,9 +195,9 @@ void fused_sgd_kernel(const std::vector<Tensor>& params, const std::vector<Tenso
     with_vector_isa([&] {
       visit_variant<kNumSgdVariants>(terms, [&](auto kTerms) {
         if (params[k].dtype() == kFloat32)
-          sgd_loop<float, kTerms>(params[k], grads[k], buffer, options, begin, end);
+          sgd_loop<float, decltype(kTerms)::value>(params[k], grads[k], buffer, options, begin, end);
         else
-          sgd_loop<double, kTerms>(params[k], grads[k], buffer, options, begin, end);
+          sgd_loop<double, decltype(kTerms)::value>(params[k], grads[k], buffer, options, begin, end);
       });
     });
   });
