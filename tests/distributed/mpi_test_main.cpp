@@ -9,6 +9,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <exception>
 #include <iostream>
 #include <sstream>
@@ -96,6 +98,23 @@ std::vector<int64_t> gather_counts(distributed::ProcessGroup& group, int64_t val
   // Every rank needs every other rank's value: the sum of one-hot slots.
   group.all_reduce(slots);
   return slots.to_vector<int64_t>();
+}
+
+double max_rel_diff(const std::vector<Tensor>& actual, const std::vector<Tensor>& expected, double atol) {
+  REQUIRE(actual.size() == expected.size());
+  double worst = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    std::vector<float> av = actual[i].to(kCPU).to_vector<float>(),
+                       ev = expected[i].to(kCPU).to_vector<float>();
+    REQUIRE(av.size() == ev.size());
+    for (size_t k = 0; k < av.size(); ++k)
+      worst = std::max(worst, std::abs(double(av[k]) - ev[k]) / (atol + std::abs(double(ev[k]))));
+  }
+  return worst;
+}
+
+double max_rel_diff(nn::Module& actual, nn::Module& expected, double atol) {
+  return max_rel_diff(actual.parameters(), expected.parameters(), atol);
 }
 
 std::shared_ptr<distributed::ProcessGroup> nccl_bootstrap_group() {

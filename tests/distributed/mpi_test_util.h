@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "distributed/process_group.h"
+#include "nn/module.h"
 
 namespace loom::test {
 
@@ -44,5 +45,10 @@ std::shared_ptr<distributed::ProcessGroup> nccl_bootstrap_group();
 // Every rank's `value`, on every rank of `group`: slot r holds rank r's (an all-reduce of
 // one-hot slots, so a collective every rank calls at this point).
 std::vector<int64_t> gather_counts(distributed::ProcessGroup& group, int64_t value);
+
+// max |a - e| / (atol + |e|) over two lists of tensors, element by element (either may live on
+// the GPU); the Module form compares their parameters.
+double max_rel_diff(const std::vector<Tensor>& actual, const std::vector<Tensor>& expected, double atol);
+double max_rel_diff(nn::Module& actual, nn::Module& expected, double atol);
 
 }  // namespace loom::test

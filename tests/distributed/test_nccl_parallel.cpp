@@ -48,20 +48,6 @@ std::shared_ptr<nn::Sequential> mlp_on_gpu(uint64_t seed) {
   return net;
 }
 
-// max |a - e| / (atol + |e|) over the parameters of two models (a may live on the GPU).
-double max_rel_diff(nn::Module& actual, nn::Module& expected, double atol) {
-  auto a = actual.parameters(), e = expected.parameters();
-  REQUIRE(a.size() == e.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    std::vector<float> av = a[i].to_vector<float>(), ev = e[i].to_vector<float>();
-    REQUIRE(av.size() == ev.size());
-    for (size_t k = 0; k < av.size(); ++k)
-      worst = std::max(worst, std::abs(double(av[k]) - ev[k]) / (atol + std::abs(double(ev[k]))));
-  }
-  return worst;
-}
-
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   return (a.to(kCPU) - b.to(kCPU)).abs().max().item<double>();
 }
@@ -107,9 +93,9 @@ TEST_CASE("nccl parallel: DDP, ZeRO-1 and ZeRO-2 on CUDA equal one CPU process o
     z2.step();
     z2.zero_grad();
   }
-  CHECK(max_rel_diff(*ddp_model, *reference, 1e-5) <= 1e-4);
-  CHECK(max_rel_diff(*z1_model, *ddp_model, 1e-6) <= 1e-5);
-  CHECK(max_rel_diff(*z2_model, *z1_model, 1e-6) <= 1e-5);
+  CHECK(test::max_rel_diff(*ddp_model, *reference, 1e-5) <= 1e-4);
+  CHECK(test::max_rel_diff(*z1_model, *ddp_model, 1e-6) <= 1e-5);
+  CHECK(test::max_rel_diff(*z2_model, *z1_model, 1e-6) <= 1e-5);
 }
 
 TEST_CASE("nccl parallel: the textbook ring all-reduce over NCCL send/recv equals NCCL's all-reduce") {

@@ -62,19 +62,6 @@ OptimizerFactory sgd_factory(nn::SGDOptions options) {
       [options](std::vector<Tensor> params) { return std::make_unique<nn::SGD>(std::move(params), options); };
 }
 
-// max |a - e| / (atol + |e|) over two lists of tensors (either may live on the GPU).
-double max_rel_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& e, double atol) {
-  REQUIRE(a.size() == e.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    std::vector<float> av = a[i].to(kCPU).to_vector<float>(), ev = e[i].to(kCPU).to_vector<float>();
-    REQUIRE(av.size() == ev.size());
-    for (size_t k = 0; k < av.size(); ++k)
-      worst = std::max(worst, std::abs(double(av[k]) - ev[k]) / (atol + std::abs(double(ev[k]))));
-  }
-  return worst;
-}
-
 }  // namespace
 
 TEST_CASE("nccl parameter server: staleness 0 with one worker on CUDA equals CPU SGD, one server or two") {
@@ -120,7 +107,7 @@ TEST_CASE("nccl parameter server: staleness 0 with one worker on CUDA equals CPU
     }
     for (const Tensor& p : model->parameters()) CHECK(p.device() == gpu);
     // The CUDA kernels and the CPU's sum in different orders: equal to float rounding.
-    CHECK(max_rel_diff(model->parameters(), reference->parameters(), 1e-5) <= 1e-4);
+    CHECK(test::max_rel_diff(model->parameters(), reference->parameters(), 1e-5) <= 1e-4);
   }
 }
 

@@ -64,18 +64,6 @@ OptFactory sgd_momentum_lr(double lr) {
   };
 }
 
-double max_rel_diff(nn::Module& actual, nn::Module& expected, double atol) {
-  auto a = actual.parameters(), e = expected.parameters();
-  REQUIRE(a.size() == e.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    std::vector<float> av = a[i].to_vector<float>(), ev = e[i].to_vector<float>();
-    for (size_t k = 0; k < av.size(); ++k)
-      worst = std::max(worst, std::abs(double(av[k]) - ev[k]) / (atol + std::abs(double(ev[k]))));
-  }
-  return worst;
-}
-
 // Trains a reference on the whole batch, a DDP replica, a ZeRO-1 and a ZeRO-2 replica for 5
 // steps and compares the parameters.
 void compare_trajectories(const OptFactory& make_opt) {
@@ -115,10 +103,10 @@ void compare_trajectories(const OptFactory& make_opt) {
   }
   // Reassociation only: DDP and ZeRO average the same per-rank gradients by the same
   // collective family; the single process sums in one matmul.
-  CHECK(max_rel_diff(*z1_model, *ref, 1e-5) <= 1e-5);
-  CHECK(max_rel_diff(*z2_model, *ref, 1e-5) <= 1e-5);
-  CHECK(max_rel_diff(*z1_model, *ddp_model, 1e-6) <= 1e-5);
-  CHECK(max_rel_diff(*z2_model, *z1_model, 1e-6) <= 1e-5);
+  CHECK(test::max_rel_diff(*z1_model, *ref, 1e-5) <= 1e-5);
+  CHECK(test::max_rel_diff(*z2_model, *ref, 1e-5) <= 1e-5);
+  CHECK(test::max_rel_diff(*z1_model, *ddp_model, 1e-6) <= 1e-5);
+  CHECK(test::max_rel_diff(*z2_model, *z1_model, 1e-6) <= 1e-5);
 }
 
 }  // namespace
@@ -230,7 +218,7 @@ TEST_CASE("zero: fewer parameters than ranks: empty shards still join every coll
     zero.step();
     zero.zero_grad();
   }
-  CHECK(max_rel_diff(model, ref, 1e-6) <= 1e-5);
+  CHECK(test::max_rel_diff(model, ref, 1e-6) <= 1e-5);
   if (zero.shard_begin() == zero.shard_end()) {
     CHECK(zero.memory_report().optimizer_state_bytes == 0);
     CHECK_THROWS_AS(zero.inner(), loom::Error);
