@@ -49,7 +49,10 @@
 
 namespace loom::cpu::reduction {
 
-constexpr int64_t kColumns = 256;    // outputs per block in the columns loop
+// 1,024 outputs (4 KB of floats) per block: with 256 each row of a 16 KB-wide input started a new
+// page every 1 KB and the hardware prefetcher never got going (column sums ran at half
+// PyTorch's speed, docs/cpu-threads.md).
+constexpr int64_t kColumns = 1024;   // outputs per block in the columns loop
 constexpr int64_t kCascade = 512;    // rows per inner block of the columns cascade
 constexpr int64_t kBuffer = 512;     // elements converted per step for 16-bit/strided runs
 constexpr int64_t kChunk = 32768;    // least elements per chunk when the reduced range is split

@@ -435,8 +435,8 @@ TEST_CASE("every engine path agrees with the reference on large shapes") {
   const std::vector<Case> cases = {
       {{3, 100000}, {1}},       // few rows: chunked rows, pairwise blocks
       {{100000, 10}, {0}},      // few columns: chunked columns, cascade of 512 rows
-      {{3000, 300}, {0}},       // columns in two blocks per line, chunked
-      {{200, 3000}, {0}},       // many column blocks: parallel over units
+      {{1500, 1100}, {0}},      // columns in two blocks (1,024 + 76) per line, chunked
+      {{16, 70000}, {0}},       // 69 column blocks: parallel over units, unchunked
       {{500, 20, 30}, {0, 2}},  // rows of 30 with an outer reduced dim
       {{70, 8, 90}, {1}},       // middle dim: columns over the inner 90
       {{400000}, {0}},          // full reduction
