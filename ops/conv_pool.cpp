@@ -14,37 +14,13 @@
 #include "ops/autograd_hook.h"
 #include "ops/copy_ops.h"
 #include "ops/dispatch.h"
+#include "ops/memory_format.h"
 #include "ops/op_utils.h"
 #include "ops/view_ops.h"
 
 namespace loom {
 
 namespace {
-
-// NCHW sizes with NHWC strides (ignoring size-1 dims), and not plain contiguous.
-bool is_channels_last(const Tensor& t) {
-  if (t.dim() != 4 || t.is_contiguous()) return false;
-  const int64_t c = t.size(1), h = t.size(2), w = t.size(3);
-  const int64_t expected[4] = {h * w * c, 1, w * c, c};
-  for (int d = 0; d < 4; ++d)
-    if (t.size(d) != 1 && t.stride(d) != expected[d]) return false;
-  return true;
-}
-
-// An uninitialised [N, C, H, W] tensor, laid out channels_last when asked.
-Tensor empty_4d(IntArrayRef sizes, TensorOptions options, bool channels_last) {
-  if (!channels_last) return empty(sizes, options);
-  return permute(empty({sizes[0], sizes[2], sizes[3], sizes[1]}, options), {0, 3, 1, 2});
-}
-
-// t in the requested format: itself when it already is, else a copy.
-Tensor in_format(const Tensor& t, bool channels_last) {
-  if (!channels_last) return contiguous(t);
-  if (is_channels_last(t) || (t.is_contiguous() && t.size(1) == 1)) return t;
-  Tensor out = empty_4d(t.sizes(), t.options(), true);
-  copy_(out, t);
-  return out;
-}
 
 void check_pair(const std::array<int64_t, 2>& v, int64_t min, std::string_view op, std::string_view what) {
   LOOM_CHECK(v[0] >= min && v[1] >= min, op, ": expected ", what, " >= ", min, ", got (", v[0], ", ", v[1],

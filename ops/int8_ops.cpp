@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "ops/copy_ops.h"
 #include "ops/dispatch.h"
+#include "ops/memory_format.h"
 #include "ops/op_utils.h"
 #include "ops/view_ops.h"
 
@@ -27,16 +28,6 @@ void check_qparams(std::string_view op, float scale, int32_t zero_point, DType d
   LOOM_CHECK(dtype == kUInt8 || dtype == kInt8, op, ": expected a uint8 or int8 quantized dtype, got ", dtype);
   LOOM_CHECK(std::isfinite(scale) && scale > 0, op, ": expected a positive finite scale, got ", scale);
   check_dtype_range(op, "zero point", zero_point, dtype);
-}
-
-// NCHW sizes with NHWC strides (ignoring size-1 dims), and not plain contiguous.
-bool nhwc_strided(const Tensor& t) {
-  if (t.dim() != 4 || t.is_contiguous()) return false;
-  const int64_t c = t.size(1), h = t.size(2), w = t.size(3);
-  const int64_t expected[4] = {h * w * c, 1, w * c, c};
-  for (int d = 0; d < 4; ++d)
-    if (t.size(d) != 1 && t.stride(d) != expected[d]) return false;
-  return true;
 }
 
 }  // namespace
@@ -115,9 +106,7 @@ Tensor int8_max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::arra
   }
   LOOM_CHECK(out_shape[2] >= 1 && out_shape[3] >= 1 && x.size(0) * x.size(1) > 0, op,
              ": empty output for input ", x.sizes(), " and kernel (", kernel[0], ", ", kernel[1], ")");
-  Tensor out = nhwc_strided(x)
-                   ? permute(empty({out_shape[0], out_shape[2], out_shape[3], out_shape[1]}, x.options()), {0, 3, 1, 2})
-                   : empty(out_shape, x.options());
+  Tensor out = empty_4d(out_shape, x.options(), is_channels_last(x));
   get_kernel<Op::int8_max_pool2d>(x.device())(out, Tensor(), x, p);
   return out;
 }

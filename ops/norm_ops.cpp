@@ -1,7 +1,8 @@
 /*
  * Batch and layer normalisation (see norm_ops.h): validation, allocation and dispatch.
  *
- * The kernels get contiguous inputs, and weight/bias converted to the statistics dtype
+ * The kernels get contiguous inputs (batch norm: or channels_last 4-D activations, which stay
+ * channels_last, ops/memory_format.h), and weight/bias converted to the statistics dtype
  * (float32, or float64 for float64 inputs), so that 16-bit inputs may carry float32
  * parameters; gradients of the parameters come back in the parameters' own dtype.
  */
@@ -16,6 +17,7 @@
 #include "ops/copy_ops.h"
 #include "ops/dispatch.h"
 #include "ops/factories.h"
+#include "ops/memory_format.h"
 #include "ops/op_utils.h"
 #include "ops/view_ops.h"
 
@@ -104,8 +106,9 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_forward(const Tensor& x, const Ten
                ": running_mean and running_var must be defined in evaluation mode");
   }
   const DType sd = stats_dtype(x.dtype());
-  Tensor xc = contiguous(x);
-  Tensor out = empty(x.sizes(), x.options());
+  const bool channels_last = is_channels_last(x);
+  Tensor xc = in_format(x, channels_last);
+  Tensor out = empty_4d(x.sizes(), x.options(), channels_last);
   Tensor save_mean = empty(c_shape, x.options().dtype(sd));
   Tensor save_invstd = empty(c_shape, x.options().dtype(sd));
   get_kernel<Op::batch_norm>(x.device())(out, save_mean, save_invstd, xc, as_stats(weight, sd),
@@ -155,15 +158,17 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& grad_out, c
   check_param(save_mean, x, c_shape, op, "save_mean");
   check_param(save_invstd, x, c_shape, op, "save_invstd");
   const DType sd = stats_dtype(x.dtype());
-  Tensor grad_input = empty(x.sizes(), x.options());
+  // The gradient takes x's format: channels_last stays channels_last, as in the forward.
+  const bool channels_last = is_channels_last(x);
+  Tensor grad_input = empty_4d(x.sizes(), x.options(), channels_last);
   Tensor grad_weight, grad_bias;
   if (weight.defined()) {
     grad_weight = empty(c_shape, x.options().dtype(sd));
     grad_bias = empty(c_shape, x.options().dtype(sd));
   }
   get_kernel<Op::batch_norm_backward>(x.device())(
-      grad_input, grad_weight, grad_bias, contiguous(to(grad_out, x.dtype())), contiguous(x),
-      as_stats(weight, sd), as_stats(save_mean, sd), as_stats(save_invstd, sd));
+      grad_input, grad_weight, grad_bias, in_format(to(grad_out, x.dtype()), channels_last),
+      in_format(x, channels_last), as_stats(weight, sd), as_stats(save_mean, sd), as_stats(save_invstd, sd));
   if (weight.defined()) {
     grad_weight = to(grad_weight, weight.dtype());
     grad_bias = to(grad_bias, weight.dtype());

@@ -6,13 +6,12 @@
  * Statistics are computed in two passes (mean, then the mean of squared deviations), which
  * is exact enough in float for large inputs, unlike E[x^2] - E[x]^2. Each contiguous run of
  * values is reduced with Eigen (all vector lanes); runs are added up in double.
- *  - batch_norm: x [N, C, S] contiguous; parallel over channels, vectorised over S.
+ *  - batch_norm: x [N, C, S] contiguous, parallel over channels, vectorised over S; or x
+ *    channels_last (ops/memory_format.h), [M, C] rows: sums over chunks of rows, vectorised over C.
  *  - layer_norm: x [M, D] contiguous; parallel over rows, vectorised over D.
  * Stats, weight and bias are float32 (float64 when x is float64): the ops layer converts
  * weight and bias to that type, so 16-bit inputs can have float32 parameters.
  */
-#include "ops/cpu/eigen_arrays.h"
-
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -20,6 +19,7 @@
 
 #include "core/parallel.h"
 #include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/eigen_arrays.h"
 #include "ops/cpu/parallel_grain.h"
 #include "ops/cpu/row_buffers.h"
 #include "ops/dim_geometry.h"
@@ -50,10 +50,34 @@ void write_stat(const Tensor& t, int64_t c, double v) {
 
 // ---- batch_norm ---------------------------------------------------------------------------
 
+// Evaluation: the running statistics are the statistics.
+template <class A>
+void statistics_from_running(A* mean, A* invstd, const Tensor& running_mean, const Tensor& running_var,
+                             int64_t channels, double eps) {
+  for (int64_t c = 0; c < channels; ++c) {
+    mean[c] = static_cast<A>(read_stat(running_mean, c));
+    invstd[c] = static_cast<A>(1.0 / std::sqrt(read_stat(running_var, c) + eps));
+  }
+}
+
+// Training: running = (1 - momentum) * running + momentum * the batch's statistic (the unbiased
+// variance), for each running statistic that is defined.
+template <class A>
+void update_running(const Tensor& running_mean, const Tensor& running_var, const A* mean,
+                    const std::vector<double>& unbiased_var, double momentum) {
+  const auto channels = static_cast<int64_t>(unbiased_var.size());
+  for (int64_t c = 0; running_mean.defined() && c < channels; ++c)
+    write_stat(running_mean, c,
+               (1 - momentum) * read_stat(running_mean, c) + momentum * static_cast<double>(mean[c]));
+  for (int64_t c = 0; running_var.defined() && c < channels; ++c)
+    write_stat(running_var, c,
+               (1 - momentum) * read_stat(running_var, c) + momentum * unbiased_var[static_cast<size_t>(c)]);
+}
+
 // out, x contiguous [N, C, *]; weight/bias/save_* contiguous [C] in the stats dtype A.
-void batch_norm_kernel(const Tensor& out, const Tensor& save_mean, const Tensor& save_invstd, const Tensor& x,
-                       const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                       const Tensor& running_var, bool training, double momentum, double eps) {
+void batch_norm_nchw(const Tensor& out, const Tensor& save_mean, const Tensor& save_invstd, const Tensor& x,
+                     const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                     const Tensor& running_var, bool training, double momentum, double eps) {
   visit_floating_dtype(x.dtype(), "batch_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
@@ -69,12 +93,7 @@ void batch_norm_kernel(const Tensor& out, const Tensor& save_mean, const Tensor&
     const A* b = ptr_or_null<A>(bias);
     std::vector<double> unbiased_var(static_cast<size_t>(channels));
 
-    if (!training) {  // the running stats are the statistics
-      for (int64_t c = 0; c < channels; ++c) {
-        mean_out[c] = static_cast<A>(read_stat(running_mean, c));
-        invstd_out[c] = static_cast<A>(1.0 / std::sqrt(read_stat(running_var, c) + eps));
-      }
-    }
+    if (!training) statistics_from_running(mean_out, invstd_out, running_mean, running_var, channels, eps);
 
     parallel_for(0, channels, grain_for(count), [&](int64_t begin, int64_t end) {
       std::vector<A> in_buf, out_buf;
@@ -107,15 +126,7 @@ void batch_norm_kernel(const Tensor& out, const Tensor& save_mean, const Tensor&
       }
     });
 
-    if (training && running_mean.defined()) {
-      for (int64_t c = 0; c < channels; ++c)
-        write_stat(running_mean, c,
-                   (1 - momentum) * read_stat(running_mean, c) + momentum * static_cast<double>(mean_out[c]));
-    }
-    if (training && running_var.defined()) {
-      for (int64_t c = 0; c < channels; ++c)
-        write_stat(running_var, c, (1 - momentum) * read_stat(running_var, c) + momentum * unbiased_var[c]);
-    }
+    if (training) update_running(running_mean, running_var, mean_out, unbiased_var, momentum);
   });
 }
 
@@ -124,9 +135,9 @@ void batch_norm_kernel(const Tensor& out, const Tensor& save_mean, const Tensor&
 //   grad_bias = sum(gy), grad_weight = sum(gy * xhat)
 //   gx = weight * invstd * (gy - grad_bias / M - xhat * grad_weight / M)
 // grad_input, grad_out, x contiguous [N, C, *]; weight, save_*, grad_weight/bias [C] in A.
-void batch_norm_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
-                                const Tensor& grad_out, const Tensor& x, const Tensor& weight,
-                                const Tensor& save_mean, const Tensor& save_invstd) {
+void batch_norm_backward_nchw(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
+                              const Tensor& grad_out, const Tensor& x, const Tensor& weight,
+                              const Tensor& save_mean, const Tensor& save_invstd) {
   visit_floating_dtype(x.dtype(), "batch_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = opmath_t<T>;
@@ -313,6 +324,165 @@ void layer_norm_backward_kernel(const Tensor& grad_input, const Tensor& grad_wei
       if (gb) gb[j] = static_cast<A>(sb);
     }
   });
+}
+
+// ---- batch_norm on channels_last activations --------------------------------------------------
+//
+// x is [M, C] rows (M = N * H * W, NHWC memory). Per-channel sums are taken over fixed chunks of
+// kChunkRows rows, one double per channel per chunk, then added chunk by chunk in order: the
+// same result for any number of threads; the rows are then normalised in parallel.
+
+constexpr int64_t kChunkRows = 256;
+
+// Conversion buffers of one task (16-bit rows are widened into them).
+template <class A>
+struct TaskBuffers {
+  std::vector<A> a, b;
+};
+
+// part[k * width + j]: what term(r, part of chunk k, buffers) adds up over the rows r of chunk k.
+template <class A, class Term>
+std::vector<double> chunk_sums(int64_t m, int64_t width, Term&& term) {
+  const int64_t chunks = (m + kChunkRows - 1) / kChunkRows;
+  std::vector<double> part(static_cast<size_t>(chunks * width), 0.0);
+  parallel_for(0, chunks, grain_for(kChunkRows * width), [&](int64_t begin, int64_t end) {
+    TaskBuffers<A> buffers;
+    for (int64_t k = begin; k < end; ++k) {
+      double* p = part.data() + k * width;
+      for (int64_t r = k * kChunkRows; r < std::min(m, (k + 1) * kChunkRows); ++r) term(r, p, buffers);
+    }
+  });
+  return part;
+}
+
+// The per-channel totals of chunk_sums' parts, in chunk order.
+std::vector<double> channel_totals(const std::vector<double>& part, int64_t c) {
+  std::vector<double> total(static_cast<size_t>(c), 0.0);
+  for (size_t i = 0; i < part.size(); ++i) total[i % static_cast<size_t>(c)] += part[i];
+  return total;
+}
+
+void batch_norm_nhwc(const Tensor& out, const Tensor& save_mean, const Tensor& save_invstd, const Tensor& x,
+                     const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                     const Tensor& running_var, bool training, double momentum, double eps) {
+  visit_floating_dtype(x.dtype(), "batch_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = opmath_t<T>;
+    const int64_t c = x.size(1), m = c == 0 ? 0 : x.numel() / c;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* op = static_cast<T*>(out.data_ptr());
+    A* mean_out = static_cast<A*>(save_mean.data_ptr());
+    A* invstd_out = static_cast<A*>(save_invstd.data_ptr());
+    const A* w = ptr_or_null<A>(weight);
+    const A* b = ptr_or_null<A>(bias);
+    std::vector<double> unbiased_var(static_cast<size_t>(c));
+    if (training) {
+      auto add_values = [&](int64_t r, double* p, TaskBuffers<A>& bufs) {
+        const A* row = load<A>(xp + r * c, c, bufs.a);
+        for (int64_t j = 0; j < c; ++j) p[j] += static_cast<double>(row[j]);
+      };
+      auto add_squares = [&](int64_t r, double* p, TaskBuffers<A>& bufs) {
+        const A* row = load<A>(xp + r * c, c, bufs.a);
+        for (int64_t j = 0; j < c; ++j) {
+          const A d = row[j] - mean_out[j];
+          p[j] += static_cast<double>(d * d);
+        }
+      };
+      const std::vector<double> sums = channel_totals(chunk_sums<A>(m, c, add_values), c);
+      for (int64_t j = 0; j < c; ++j)
+        mean_out[j] = static_cast<A>(sums[static_cast<size_t>(j)] / static_cast<double>(m));
+      const std::vector<double> squares = channel_totals(chunk_sums<A>(m, c, add_squares), c);
+      for (int64_t j = 0; j < c; ++j) {
+        const double sq = squares[static_cast<size_t>(j)];
+        invstd_out[j] = static_cast<A>(1.0 / std::sqrt(sq / static_cast<double>(m) + eps));
+        unbiased_var[static_cast<size_t>(j)] = m > 1 ? sq / static_cast<double>(m - 1) : 0.0;
+      }
+    } else {
+      statistics_from_running(mean_out, invstd_out, running_mean, running_var, c, eps);
+    }
+    // y = x * scale + shift, per channel
+    std::vector<A> scale(static_cast<size_t>(c)), shift(static_cast<size_t>(c));
+    for (int64_t j = 0; j < c; ++j) {
+      const auto i = static_cast<size_t>(j);
+      scale[i] = invstd_out[j] * (w ? w[j] : A(1));
+      shift[i] = (b ? b[j] : A(0)) - mean_out[j] * scale[i];
+    }
+    parallel_for(0, m, grain_for(c), [&](int64_t begin, int64_t end) {
+      std::vector<A> in_buf, out_buf;
+      const ConstArrayMap<A> sc(scale.data(), c), sh(shift.data(), c);
+      for (int64_t r = begin; r < end; ++r) {
+        ConstArrayMap<A> xr(load<A>(xp + r * c, c, in_buf), c);
+        A* o = scratch<A>(op + r * c, c, out_buf);
+        ArrayMap<A>(o, c) = xr * sc + sh;
+        store(op + r * c, o, c);
+      }
+    });
+    if (training) update_running(running_mean, running_var, mean_out, unbiased_var, momentum);
+  });
+}
+
+// The backward of batch_norm_backward_nchw over [M, C] rows.
+void batch_norm_backward_nhwc(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
+                              const Tensor& grad_out, const Tensor& x, const Tensor& weight,
+                              const Tensor& save_mean, const Tensor& save_invstd) {
+  visit_floating_dtype(x.dtype(), "batch_norm_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = opmath_t<T>;
+    const int64_t c = x.size(1), m = c == 0 ? 0 : x.numel() / c;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    const T* gyp = static_cast<const T*>(grad_out.data_ptr());
+    T* gxp = static_cast<T*>(grad_input.data_ptr());
+    const A* w = ptr_or_null<A>(weight);
+    const A* mean_p = static_cast<const A*>(save_mean.data_ptr());
+    const A* invstd_p = static_cast<const A*>(save_invstd.data_ptr());
+    auto add_gradients = [&](int64_t r, double* p, TaskBuffers<A>& bufs) {
+      const A* xr = load<A>(xp + r * c, c, bufs.a);
+      const A* gyr = load<A>(gyp + r * c, c, bufs.b);
+      for (int64_t j = 0; j < c; ++j) {
+        p[j] += static_cast<double>(gyr[j]);
+        p[c + j] += static_cast<double>(gyr[j] * (xr[j] - mean_p[j]));
+      }
+    };
+    // Per chunk: sum(gy) for each channel, then sum(gy * (x - mean)) for each channel.
+    const std::vector<double> part = chunk_sums<A>(m, 2 * c, add_gradients);
+    const std::vector<double> totals = channel_totals(part, 2 * c);
+    std::vector<A> k(static_cast<size_t>(c)), mean_gy(static_cast<size_t>(c)), proj(static_cast<size_t>(c));
+    for (int64_t j = 0; j < c; ++j) {
+      const auto i = static_cast<size_t>(j);
+      const double sum_gy = totals[i], sum_gy_xhat = totals[static_cast<size_t>(c + j)] * invstd_p[j];
+      if (grad_weight.defined()) static_cast<A*>(grad_weight.data_ptr())[j] = static_cast<A>(sum_gy_xhat);
+      if (grad_bias.defined()) static_cast<A*>(grad_bias.data_ptr())[j] = static_cast<A>(sum_gy);
+      k[i] = invstd_p[j] * (w ? w[j] : A(1));
+      mean_gy[i] = static_cast<A>(sum_gy / static_cast<double>(m));
+      proj[i] = static_cast<A>(sum_gy_xhat / static_cast<double>(m)) * invstd_p[j];
+    }
+    parallel_for(0, m, grain_for(2 * c), [&](int64_t begin, int64_t end) {
+      std::vector<A> x_buf, gy_buf, out_buf;
+      const ConstArrayMap<A> kv(k.data(), c), mg(mean_gy.data(), c), pj(proj.data(), c), mu(mean_p, c);
+      for (int64_t r = begin; r < end; ++r) {
+        ConstArrayMap<A> xr(load<A>(xp + r * c, c, x_buf), c), gyr(load<A>(gyp + r * c, c, gy_buf), c);
+        A* o = scratch<A>(gxp + r * c, c, out_buf);
+        ArrayMap<A>(o, c) = kv * (gyr - mg - (xr - mu) * pj);
+        store(gxp + r * c, o, c);
+      }
+    });
+  });
+}
+
+// Contiguous activations go to the NCHW kernels, channels_last ones (ops/memory_format.h) to the
+// NHWC ones.
+void batch_norm_kernel(const Tensor& out, const Tensor& save_mean, const Tensor& save_invstd, const Tensor& x,
+                       const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                       const Tensor& running_var, bool training, double momentum, double eps) {
+  (x.is_contiguous() ? batch_norm_nchw : batch_norm_nhwc)(out, save_mean, save_invstd, x, weight, bias,
+                                                          running_mean, running_var, training, momentum, eps);
+}
+
+void batch_norm_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
+                                const Tensor& grad_out, const Tensor& x, const Tensor& weight,
+                                const Tensor& save_mean, const Tensor& save_invstd) {
+  (x.is_contiguous() ? batch_norm_backward_nchw : batch_norm_backward_nhwc)(
+      grad_input, grad_weight, grad_bias, grad_out, x, weight, save_mean, save_invstd);
 }
 
 }  // namespace

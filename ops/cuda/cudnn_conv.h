@@ -22,8 +22,9 @@ enum class CudnnConvKind {
   kBackwardFilter,  // writes w (the weight gradient) from y (the output gradient) and x
 };
 
-// Whether the CUDA conv2d kernels try cuDNN first (torch.backends.cudnn.enabled); on by default.
-// Off, they run Loom's own kernels, which is how the tests reach those on the emulated build.
+// Whether the CUDA conv2d and batch_norm kernels try cuDNN first (torch.backends.cudnn.enabled);
+// on by default. Off, they run Loom's own kernels, which is how the tests reach those on the
+// emulated build.
 void set_cudnn_enabled(bool enabled);
 bool cudnn_enabled();
 

@@ -2,7 +2,8 @@
  * The C++ side of the CUDA nn kernels (ops/cuda/nn.cu, norm.cu): softmax, log_softmax, layer_norm,
  * batch_norm, nll_loss and their backward functions. Turns tensors into the plain arguments of
  * ops/cuda/nn_launchers.h, allocates the small device buffers the kernels need and registers
- * the kernels.
+ * the kernels. Batch norm of channels_last activations goes to cuDNN first (cudnn_batch_norm.h),
+ * whose handle is bound to the same legacy default stream.
  *
  * Target values of nll_loss are checked on the device: a kernel that meets a target outside
  * [0, C) (and not ignore_index) leaves the smallest such batch index in a device word, which is
@@ -15,13 +16,17 @@
  */
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "core/cuda/cuda_check.h"
-#include "ops/dim_geometry.h"
 #include "ops/cuda/cuda_kernels.h"
+#include "ops/cuda/cudnn_batch_norm.h"
+#include "ops/cuda/cudnn_conv.h"  // cudnn_enabled
 #include "ops/cuda/nn_launchers.h"
+#include "ops/dim_geometry.h"
 #include "ops/dispatch.h"
 #include "ops/factories.h"
+#include "ops/memory_format.h"
 
 namespace loom::cuda {
 
@@ -96,26 +101,46 @@ RunningStat running_stat(const Tensor& t) {
   return r;
 }
 
+// Channels_last activations (ops/memory_format.h) go to cuDNN's batch norm first; what it does
+// not run, and NCHW activations, go to Loom's kernels, which take [N, C, S] in NCHW order.
 void batch_norm_kernel(const Tensor& out, const Tensor& save_mean, const Tensor& save_invstd, const Tensor& x,
                        const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                        const Tensor& running_var, bool training, double momentum, double eps) {
-  const ChannelGeometry g = channel_geometry(x);
-  LOOM_CUDA_CHECK(launch_batch_norm(out.data_ptr(), save_mean.data_ptr(), save_invstd.data_ptr(),
-                                    x.data_ptr(), ptr_or_null(weight), ptr_or_null(bias),
-                                    running_stat(running_mean), running_stat(running_var), code(x), g.n, g.c,
-                                    g.s, training, momentum, eps, nullptr));
+  if (!out.is_contiguous() && cudnn_enabled()) {
+    // Inference reads save_mean and save_invstd, which Loom computes from the running statistics.
+    if (!training)
+      LOOM_CUDA_CHECK(launch_batch_norm_eval_stats(save_mean.data_ptr(), save_invstd.data_ptr(),
+                                                   running_stat(running_mean), running_stat(running_var),
+                                                   code(x), x.size(1), eps, nullptr));
+    if (cudnn_batch_norm(out, save_mean, save_invstd, x, weight, bias, running_mean, running_var, training,
+                         momentum, eps))
+      return;
+  }
+  in_nchw_order(out, {x}, [&](const Tensor& o, const std::vector<Tensor>& in) {
+    const ChannelGeometry g = channel_geometry(in[0]);
+    LOOM_CUDA_CHECK(launch_batch_norm(o.data_ptr(), save_mean.data_ptr(), save_invstd.data_ptr(),
+                                      in[0].data_ptr(), ptr_or_null(weight), ptr_or_null(bias),
+                                      running_stat(running_mean), running_stat(running_var), code(x), g.n,
+                                      g.c, g.s, training, momentum, eps, nullptr));
+  });
 }
 
 void batch_norm_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
                                 const Tensor& grad_out, const Tensor& x, const Tensor& weight,
                                 const Tensor& save_mean, const Tensor& save_invstd) {
-  const ChannelGeometry g = channel_geometry(x);
-  // Per channel: mean(gy) and mean(gy * xhat) * invstd, in the stats dtype.
-  Tensor workspace = empty({2 * g.c}, save_mean.options());
-  LOOM_CUDA_CHECK(launch_batch_norm_backward(
-      grad_input.data_ptr(), mutable_ptr_or_null(grad_weight), mutable_ptr_or_null(grad_bias),
-      grad_out.data_ptr(), x.data_ptr(), ptr_or_null(weight), save_mean.data_ptr(), save_invstd.data_ptr(),
-      workspace.data_ptr(), code(x), g.n, g.c, g.s, nullptr));
+  if (!grad_input.is_contiguous() && cudnn_enabled() &&
+      cudnn_batch_norm_backward(grad_input, grad_weight, grad_bias, grad_out, x, weight, save_mean,
+                                save_invstd))
+    return;
+  in_nchw_order(grad_input, {grad_out, x}, [&](const Tensor& gi, const std::vector<Tensor>& in) {
+    const ChannelGeometry g = channel_geometry(in[1]);
+    // Per channel: mean(gy) and mean(gy * xhat) * invstd, in the stats dtype.
+    Tensor workspace = empty({2 * g.c}, save_mean.options());
+    LOOM_CUDA_CHECK(launch_batch_norm_backward(
+        gi.data_ptr(), mutable_ptr_or_null(grad_weight), mutable_ptr_or_null(grad_bias), in[0].data_ptr(),
+        in[1].data_ptr(), ptr_or_null(weight), save_mean.data_ptr(), save_invstd.data_ptr(),
+        workspace.data_ptr(), code(x), g.n, g.c, g.s, nullptr));
+  });
 }
 
 // ---- nll_loss: logp [N, C], target [N]

@@ -50,6 +50,10 @@ cudaError_t launch_batch_norm(void* out, void* save_mean, void* save_invstd, con
                               const void* weight, const void* bias, RunningStat running_mean,
                               RunningStat running_var, int dtype, int64_t n, int64_t c, int64_t s,
                               bool training, double momentum, double eps, cudaStream_t stream);
+// Evaluation only: save_mean = running_mean, save_invstd = 1 / sqrt(running_var + eps), in A.
+cudaError_t launch_batch_norm_eval_stats(void* save_mean, void* save_invstd, RunningStat running_mean,
+                                         RunningStat running_var, int dtype, int64_t c, double eps,
+                                         cudaStream_t stream);
 // `workspace`: 2 * c values of A.
 cudaError_t launch_batch_norm_backward(void* grad_input, void* grad_weight, void* grad_bias,
                                        const void* grad_out, const void* x, const void* weight,

@@ -303,6 +303,17 @@ cudaError_t launch_layer_norm_backward(void* grad_input, void* grad_weight, void
   });
 }
 
+cudaError_t launch_batch_norm_eval_stats(void* save_mean, void* save_invstd, RunningStat running_mean,
+                                         RunningStat running_var, int dtype, int64_t c, double eps,
+                                         cudaStream_t stream) {
+  if (c == 0) return cudaSuccess;
+  return visit_floating_code(dtype, [&](auto tag) {
+    using A = opmath_t<decltype(tag)>;
+    return launch<batch_norm_eval_stats_kernel<A>>(grid_stride(c, stream), static_cast<A*>(save_mean),
+                                                   static_cast<A*>(save_invstd), running_mean, running_var, c, eps);
+  });
+}
+
 cudaError_t launch_batch_norm(void* out, void* save_mean, void* save_invstd, const void* x,
                               const void* weight, const void* bias, RunningStat running_mean,
                               RunningStat running_var, int dtype, int64_t n, int64_t c, int64_t s,
@@ -318,8 +329,8 @@ cudaError_t launch_batch_norm(void* out, void* save_mean, void* save_invstd, con
         training ? launch<batch_norm_stats_kernel<T>>(
                        {capped(c), kBlockRowThreads, 32 * sizeof(double), stream, BlockThreads::kCooperative},
                        mean, invstd, xp, running_mean, running_var, n, c, s, momentum, eps)
-                 : launch<batch_norm_eval_stats_kernel<A>>(grid_stride(c, stream), mean, invstd, running_mean,
-                                                           running_var, c, eps);
+                 : launch_batch_norm_eval_stats(save_mean, save_invstd, running_mean, running_var, dtype, c, eps,
+                                                stream);
     const int64_t numel = n * c * s;
     if (status != cudaSuccess || numel == 0) return status;
     return launch<batch_norm_apply_kernel<T>>(grid_stride(numel, stream), static_cast<T*>(out), xp,

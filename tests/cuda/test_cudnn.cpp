@@ -2,8 +2,11 @@
  * The emulated cuDNN (core/cuda/emulated/cudnn_graph.h): the reference convolution (forward,
  * backward data, backward filter) against a float64 host reference with stride, padding,
  * dilation and groups; NHWC operands give the NCHW results; beta adds the prior output;
- * CUDNN_CONVOLUTION flips the filter; 16-bit operands are summed in float and rounded once. And
- * each rejection the cuDNN documentation lists for what Loom could get wrong, with cuDNN's status.
+ * CUDNN_CONVOLUTION flips the filter; 16-bit operands are summed in float and rounded once. The
+ * reference batch norm (training with running statistics, inference, backward) through Loom's
+ * wrapper (ops/cuda/cudnn_batch_norm.h) against a float64 reference, and what its engine and the
+ * wrapper refuse. And each rejection the cuDNN documentation lists for what Loom could get wrong,
+ * with cuDNN's status.
  * Emulated build only: these pin the emulation's contract (a GPU runs the op tests).
  */
 #include <doctest/doctest.h>
@@ -18,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/cuda/cudnn_batch_norm.h"
 #include "ops/ops.h"
 #include "tests/gpu_test.h"
 
@@ -295,7 +299,196 @@ void check_close(const std::vector<double>& got, const std::vector<double>& want
   }
 }
 
+// ---- batch norm ---------------------------------------------------------------------------------
+
+// The float64 batch norm of x [N, C, H, W] (NCHW order) per channel c: mean, biased variance,
+// y = w * (x - mean) / sqrt(var + eps) + b, and the backward for dy.
+struct BatchNormReference {
+  std::vector<double> mean, var, invstd, y, dx, dw, db;
+  BatchNormReference(const Dims& d, const std::vector<double>& x, const std::vector<double>& w,
+                     const std::vector<double>& b, const std::vector<double>& dy, double eps) {
+    const int64_t m = d[0] * d[2] * d[3];
+    const auto c_count = static_cast<size_t>(d[1]);
+    mean.assign(c_count, 0);
+    var.assign(c_count, 0);
+    invstd.assign(c_count, 0);
+    dw.assign(c_count, 0);
+    db.assign(c_count, 0);
+    y.assign(x.size(), 0);
+    dx.assign(x.size(), 0);
+    auto each = [&](int64_t c, auto&& body) {
+      for (int64_t n = 0; n < d[0]; ++n)
+        for (int64_t h = 0; h < d[2]; ++h)
+          for (int64_t e = 0; e < d[3]; ++e) body(static_cast<size_t>(at(d, n, c, h, e)));
+    };
+    for (int64_t c = 0; c < d[1]; ++c) {
+      const auto k = static_cast<size_t>(c);
+      each(c, [&](size_t i) { mean[k] += x[i] / static_cast<double>(m); });
+      each(c, [&](size_t i) { var[k] += (x[i] - mean[k]) * (x[i] - mean[k]) / static_cast<double>(m); });
+      invstd[k] = 1.0 / std::sqrt(var[k] + eps);
+      each(c, [&](size_t i) {
+        const double xhat = (x[i] - mean[k]) * invstd[k];
+        y[i] = w[k] * xhat + b[k];
+        db[k] += dy[i];
+        dw[k] += dy[i] * xhat;
+      });
+      each(c, [&](size_t i) {
+        const double xhat = (x[i] - mean[k]) * invstd[k];
+        dx[i] = w[k] * invstd[k] *
+                (dy[i] - db[k] / static_cast<double>(m) - xhat * dw[k] / static_cast<double>(m));
+      });
+    }
+  }
+};
+
+Tensor device_floats(const std::vector<double>& v) {
+  return tensor(v, {static_cast<int64_t>(v.size())}).to(kFloat32).to(Device::cuda());
+}
+
+// The reference engine's error bound after the one rounding to the activations' type.
+double rounding_of(DType dt) {
+  return dt == kFloat32 ? 1e-5 : dt == kFloat16 ? 2e-3 : 1e-2;
+}
+
 }  // namespace
+
+TEST_CASE("emulated cuDNN: batch norm training, running statistics, inference and backward match float64") {
+  LOOM_REQUIRE_GPU();
+  const Dims d{2, 3, 4, 5};
+  const double eps = 1e-3, momentum = 0.25;
+  const std::vector<double> w{1.5, -0.5, 2.0}, b{0.25, 0.0, -1.0}, run_mean{0.1, -0.2, 0.3},
+      run_var{1.0, 2.0, 0.5};
+  for (DType dt : {kFloat32, kFloat16, kBFloat16}) {
+    CAPTURE(dt);
+    // x and dy as the device holds them (rounded to dt), so that the reference sees the same inputs.
+    const std::vector<double> x = tensor(values(d, 0.3), {d[0], d[1], d[2], d[3]}).to(dt).to_vector<double>();
+    const std::vector<double> dy =
+        tensor(values(d, 1.9), {d[0], d[1], d[2], d[3]}).to(dt).to_vector<double>();
+    const BatchNormReference want(d, x, w, b, dy, eps);
+    Tensor xd = device_tensor(x, d, true, dt), out = device_tensor(values(d, 5.0), d, true, dt);
+    Tensor save_mean = device_floats({0, 0, 0}), save_invstd = device_floats({0, 0, 0});
+    Tensor rm = device_floats(run_mean), rv = device_floats(run_var);
+    REQUIRE(cuda::cudnn_batch_norm(out, save_mean, save_invstd, xd, device_floats(w), device_floats(b), rm,
+                                   rv, true, momentum, eps));
+    check_close(contiguous(out).to_vector<double>(), want.y, rounding_of(dt));
+    check_close(save_mean.to_vector<double>(), want.mean, 1e-6);
+    check_close(save_invstd.to_vector<double>(), want.invstd, 1e-6);
+    const double m = static_cast<double>(d[0] * d[2] * d[3]);
+    std::vector<double> next_mean, next_var;
+    for (size_t c = 0; c < 3; ++c) {
+      next_mean.push_back((1 - momentum) * run_mean[c] + momentum * want.mean[c]);
+      next_var.push_back((1 - momentum) * run_var[c] + momentum * want.var[c] * m / (m - 1));  // unbiased
+    }
+    check_close(rm.to_vector<double>(), next_mean, 1e-6);
+    check_close(rv.to_vector<double>(), next_var, 1e-6);
+
+    // Inference reads the statistics it is given; undefined weight and bias are ones and zeros.
+    Tensor eval_out = device_tensor(values(d, 5.0), d, true, dt);
+    REQUIRE(cuda::cudnn_batch_norm(eval_out, device_floats(run_mean), device_floats({2.0, 1.0, 0.5}), xd,
+                                   Tensor(), Tensor(), Tensor(), Tensor(), false, momentum, eps));
+    std::vector<double> want_eval(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const size_t c = static_cast<size_t>(static_cast<int64_t>(i) / (d[2] * d[3]) % d[1]);
+      want_eval[i] = (x[i] - run_mean[c]) * std::vector<double>{2.0, 1.0, 0.5}[c];
+    }
+    check_close(contiguous(eval_out).to_vector<double>(), want_eval, rounding_of(dt));
+
+    Tensor dyd = device_tensor(dy, d, true, dt), dx = device_tensor(values(d, 5.0), d, true, dt);
+    Tensor dw = device_floats({0, 0, 0}), db = device_floats({0, 0, 0});
+    REQUIRE(cuda::cudnn_batch_norm_backward(dx, dw, db, dyd, xd, device_floats(w), save_mean, save_invstd));
+    check_close(contiguous(dx).to_vector<double>(), want.dx, rounding_of(dt));
+    check_close(dw.to_vector<double>(), want.dw, 1e-5);
+    check_close(db.to_vector<double>(), want.db, 1e-5);
+  }
+}
+
+TEST_CASE("emulated cuDNN: what the batch norm engine and Loom's wrapper refuse") {
+  LOOM_REQUIRE_GPU();
+  const Dims d{2, 3, 4, 5};
+  const std::vector<double> x = values(d, 0.3);
+  Tensor save_mean = device_floats({0, 0, 0}), save_invstd = device_floats({0, 0, 0});
+  SUBCASE("the wrapper falls back, writing nothing, for what no engine runs") {
+    Tensor out = device_tensor(values(d, 5.0), d, true, kFloat32);
+    const std::vector<double> before = contiguous(out).to_vector<double>();
+    auto refused = [&](const Tensor& xd, const Tensor& rm, const Tensor& rv, const Tensor& o) {
+      return !cuda::cudnn_batch_norm(o, save_mean, save_invstd, xd, Tensor(), Tensor(), rm, rv, true, 0.1,
+                                     1e-5);
+    };
+    const Tensor nhwc = device_tensor(x, d, true, kFloat32);
+    CHECK(refused(device_tensor(x, d, false, kFloat32), Tensor(), Tensor(), out));  // NCHW activations
+    CHECK(refused(device_tensor(x, d, true, kFloat64), Tensor(), Tensor(),
+                  device_tensor(values(d, 5.0), d, true, kFloat64)));  // float64
+    CHECK(refused(nhwc, device_floats({0, 0, 0}).to(kFloat64), device_floats({1, 1, 1}).to(kFloat64), out));
+    CHECK(refused(nhwc, device_floats({0, 0, 0, 0, 0, 0}).slice(0, 0, 6, 2), device_floats({1, 1, 1}), out));
+    CHECK(contiguous(out).to_vector<double>() == before);
+    CHECK(save_mean.to_vector<double>() == std::vector<double>{0, 0, 0});
+  }
+  SUBCASE("descriptor rules and engine limits, with cuDNN's status") {
+    Handle handle;
+    Owned o;
+    const Dims cd{1, 3, 1, 1}, cs{3, 1, 3, 3}, one{1, 1, 1, 1};
+    auto scalar = [&](int64_t uid) {
+      cudnnBackendDescriptor_t t = tensor_desc(o, one, one, uid, CUDNN_DATA_FLOAT, false);
+      const bool yes = true;
+      REQUIRE(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &yes) ==
+              CUDNN_STATUS_SUCCESS);
+      REQUIRE(cudnnBackendFinalize(t) == CUDNN_STATUS_SUCCESS);
+      return t;
+    };
+    // A training batch norm of x in `strides` order, of `mode`, with scale of `scale_dims`.
+    auto forward = [&](const Dims& strides, cudnnBackendNormMode_t mode, const Dims& scale_dims,
+                       bool with_bias) {
+      cudnnBackendDescriptor_t op = o.make(CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR);
+      const cudnnBackendNormFwdPhase_t phase = CUDNN_NORM_FWD_TRAINING;
+      REQUIRE(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_NORM_FWD_MODE, CUDNN_TYPE_NORM_MODE, 1,
+                                       &mode) == CUDNN_STATUS_SUCCESS);
+      REQUIRE(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_NORM_FWD_PHASE, CUDNN_TYPE_NORM_FWD_PHASE, 1,
+                                       &phase) == CUDNN_STATUS_SUCCESS);
+      const std::vector<std::pair<cudnnBackendAttributeName_t, cudnnBackendDescriptor_t>> tensors = {
+          {CUDNN_ATTR_OPERATION_NORM_FWD_XDESC, tensor_desc(o, d, strides, 1)},
+          {CUDNN_ATTR_OPERATION_NORM_FWD_YDESC, tensor_desc(o, d, strides, 2)},
+          {CUDNN_ATTR_OPERATION_NORM_FWD_SCALE_DESC, tensor_desc(o, scale_dims, cs, 3)},
+          {CUDNN_ATTR_OPERATION_NORM_FWD_MEAN_DESC, tensor_desc(o, cd, cs, 5)},
+          {CUDNN_ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC, tensor_desc(o, cd, cs, 6)},
+          {CUDNN_ATTR_OPERATION_NORM_FWD_EPSILON_DESC, scalar(7)}};
+      for (const auto& [name, t] : tensors)
+        REQUIRE(cudnnBackendSetAttribute(op, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t) ==
+                CUDNN_STATUS_SUCCESS);
+      if (with_bias) {
+        cudnnBackendDescriptor_t bias = tensor_desc(o, cd, cs, 4);
+        REQUIRE(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_NORM_FWD_BIAS_DESC,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &bias) == CUDNN_STATUS_SUCCESS);
+      }
+      return op;
+    };
+    auto configurations = [&](cudnnBackendDescriptor_t op) {
+      REQUIRE(cudnnBackendFinalize(op) == CUDNN_STATUS_SUCCESS);
+      int64_t found = -1;
+      cudnnBackendDescriptor_t config = nullptr;
+      heuristic(o, graph_of(o, handle.h, op), found, config);
+      return found;
+    };
+    CHECK(configurations(forward(nhwc(d), CUDNN_BATCH_NORM, cd, true)) == 1);
+    CHECK(configurations(forward(nchw(d), CUDNN_BATCH_NORM, cd, true)) == 0);  // NHWC activations only
+    CHECK(cudnnBackendFinalize(forward(nhwc(d), CUDNN_BATCH_NORM, cd, false)) == CUDNN_STATUS_BAD_PARAM);
+    CHECK(cudnnBackendFinalize(forward(nhwc(d), CUDNN_BATCH_NORM, {1, 4, 1, 1}, true)) ==
+          CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH);
+    CHECK(configurations(forward(nhwc(d), CUDNN_LAYER_NORM, cd, true)) == 0);
+    char message[256] = {};
+    cudnnGetLastErrorString(message, sizeof(message));
+    CHECK(std::string(message).find("CUDNN_BATCH_NORM") != std::string::npos);
+    // Running statistics come as the factor and all four tensors, in training only.
+    cudnnBackendDescriptor_t partial = forward(nhwc(d), CUDNN_BATCH_NORM, cd, true);
+    cudnnBackendDescriptor_t factor = scalar(8);
+    REQUIRE(cudnnBackendSetAttribute(partial, CUDNN_ATTR_OPERATION_NORM_FWD_EXP_AVG_FACTOR_DESC,
+                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &factor) == CUDNN_STATUS_SUCCESS);
+    CHECK(cudnnBackendFinalize(partial) == CUDNN_STATUS_BAD_PARAM);
+    cudnnBackendDescriptor_t peers = forward(nhwc(d), CUDNN_BATCH_NORM, cd, true);
+    cudnnBackendDescriptor_t stats = tensor_desc(o, cd, cs, 9);
+    CHECK(cudnnBackendSetAttribute(peers, CUDNN_ATTR_OPERATION_NORM_FWD_PEER_STAT_DESCS,
+                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &stats) == CUDNN_STATUS_NOT_SUPPORTED);
+  }
+}
 
 TEST_CASE("emulated cuDNN: forward, backward data and backward filter match a float64 reference") {
   LOOM_REQUIRE_GPU();

@@ -140,6 +140,38 @@ TEST_CASE("batch_norm of a non-contiguous input and of 16-bit inputs with float3
   }
 }
 
+TEST_CASE("batch_norm on channels_last activations: NCHW's values, in the input's format") {
+  // 40 x 7 x 9 = 2,520 rows of 3 channels: several chunks of the NHWC kernels' sums.
+  const int64_t n = 40, c = 3, h = 7, w = 9;
+  Tensor x = make(random_values(n * c * h * w, 13, 1.5, 0.5), {n, c, h, w}, kFloat32);
+  Tensor cl = contiguous(x.permute({0, 2, 3, 1})).permute({0, 3, 1, 2});  // NHWC memory
+  REQUIRE_FALSE(cl.is_contiguous());
+  Tensor weight = make(random_values(c, 14), {c}), bias = make(random_values(c, 15), {c});
+  Tensor rm_nchw = zeros({c}), rv_nchw = ones({c}), rm_cl = zeros({c}), rv_cl = ones({c});
+  auto [want, want_mean, want_invstd] =
+      batch_norm_forward(x, weight, bias, rm_nchw, rv_nchw, true, 0.1, 1e-5);
+  auto [got, got_mean, got_invstd] = batch_norm_forward(cl, weight, bias, rm_cl, rv_cl, true, 0.1, 1e-5);
+  CHECK(got.stride(1) == 1);
+  check_close(got, want.to_vector<double>(), {1e-5, 1e-5});
+  check_close(got_mean, want_mean.to_vector<double>(), {1e-6, 1e-6});
+  check_close(got_invstd, want_invstd.to_vector<double>(), {1e-6, 1e-6});
+  check_close(rm_cl, rm_nchw.to_vector<double>(), {1e-6, 1e-6});
+  check_close(rv_cl, rv_nchw.to_vector<double>(), {1e-6, 1e-6});
+  Tensor gy = make(random_values(n * c * h * w, 16), {n, c, h, w}, kFloat32);
+  auto [gx_want, gw_want, gb_want] = batch_norm_backward(gy, x, weight, want_mean, want_invstd);
+  auto [gx_got, gw_got, gb_got] = batch_norm_backward(gy, cl, weight, got_mean, got_invstd);
+  CHECK(gx_got.stride(1) == 1);
+  check_close(gx_got, gx_want.to_vector<double>(), {1e-5, 1e-5});
+  check_close(gw_got, gw_want.to_vector<double>(), {1e-4, 1e-5});
+  check_close(gb_got, gb_want.to_vector<double>(), {1e-4, 1e-5});
+  // Evaluation reads the running statistics; bfloat16 activations with float32 parameters.
+  Tensor cl16 = contiguous(x.to(kBFloat16).permute({0, 2, 3, 1})).permute({0, 3, 1, 2});
+  Tensor eval = batch_norm(cl16, weight, bias, rm_cl, rv_cl, false);
+  CHECK(eval.stride(1) == 1);
+  check_close(eval, batch_norm(x.to(kBFloat16), weight, bias, rm_cl, rv_cl, false).to_vector<double>(),
+              {1e-2, 1e-2});
+}
+
 TEST_CASE("batch_norm over many channels and a long spatial dim (parallel path)") {
   const int64_t n = 4, c = 16, s = 1500;
   std::vector<double> x = random_values(n * c * s, 10, 2.0, 1.0);

@@ -77,6 +77,32 @@ BenchCase conv_case(int64_t cin, int64_t cout, bool with_grad_input, bool channe
           }};
 }
 
+// batch_norm training forward (batch statistics, running statistics updated) and its backward
+// (input, weight and bias gradients) of x [32, 64, 32, 32] float32, a ResNet stage's activation;
+// channels_last keeps x, the output and the gradient NHWC (ops/memory_format.h).
+BenchCase batch_norm_case(bool channels_last) {
+  return {std::string("batch_norm_train_f32_32x64x32x32") + (channels_last ? "_cl" : ""),
+          "images_per_s",
+          "images/s",
+          1,
+          std::string("batch_norm forward (training) + backward, float32 [32, 64, 32, 32]") +
+              (channels_last ? ", channels_last" : ""),
+          [channels_last] {
+            const int64_t n = 32, c = 64;
+            auto activation = [=] {
+              Tensor t = randn({n, c, 32, 32});
+              return channels_last ? contiguous(t.permute({0, 2, 3, 1})).permute({0, 3, 1, 2}) : t;
+            };
+            Tensor x = activation(), grad_out = activation();
+            Tensor w = ones({c}), b = zeros({c}), rm = zeros({c}), rv = ones({c});
+            return Workload{[=] {
+                              auto [y, mean, invstd] = batch_norm_forward(x, w, b, rm, rv, true, 0.1, 1e-5);
+                              (void)batch_norm_backward(grad_out, x, w, mean, invstd);
+                            },
+                            static_cast<double>(n)};
+          }};
+}
+
 // linear(x, w, b) with x [batch, in] and w [out, in]: the MLP's layer shapes, small products whose
 // thread count the cost model chooses (core/parallel.h, ops/cpu/onednn_utils.h's ProductTeam).
 BenchCase linear_case(int64_t batch, int64_t in, int64_t out) {
@@ -136,6 +162,7 @@ std::vector<BenchCase> op_cases() {
       c.push_back(conv_case(3, 64, /*with_grad_input=*/false, channels_last));
       c.push_back(conv_case(64, 64, /*with_grad_input=*/true, channels_last));
     }
+    for (bool channels_last : {false, true}) c.push_back(batch_norm_case(channels_last));
     c.push_back(parallel_region_case());
     c.push_back({"add_f32_64K", "gbytes_per_s", "GB/s", 1e9,
                  "c = a + b over 64K float32 (two grains of the cost model: split once on 2+ threads)", [] {

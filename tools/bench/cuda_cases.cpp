@@ -11,6 +11,8 @@
  *   cuda_matmul_bf16_8192    C = A B, 8192^3 bf16 (cuBLAS, f32 accumulation), TFLOP/s
  *   cuda_matmul_f32_4096     the same in float32 with TF32 off
  *   cuda_mlp_train           MLP 784-512-512-10 training step, SGD momentum, batch 128
+ *   cuda_batch_norm_train_f32_cl  batch norm training forward + backward of [32, 64, 56, 56]
+ *                            float32 channels_last (cuDNN's batch norm), images/s
  * Every workload ends with cuda::synchronize(), so a timed call covers the kernels it queued.
  */
 #include <memory>
@@ -76,6 +78,22 @@ std::vector<BenchCase> cuda_cases() {
       return Workload{[a, b] { (void)matmul(a, b); }, 2.0 * n * n * n};
     }));
   }
+  c.push_back(gpu_case(
+      "cuda_batch_norm_train_f32_cl", "images_per_s", "images/s", 1,
+      "batch norm forward (training) + backward, [32, 64, 56, 56] float32 channels_last", [] {
+        const int64_t n = 32, ch = 64;
+        auto activation = [=] {
+          Tensor t = randn({n, ch, 56, 56}, gpu());
+          return contiguous(t.permute({0, 2, 3, 1})).permute({0, 3, 1, 2});
+        };
+        Tensor x = activation(), grad_out = activation();
+        Tensor w = ones({ch}, gpu()), b = zeros({ch}, gpu()), rm = zeros({ch}, gpu()), rv = ones({ch}, gpu());
+        return Workload{[=] {
+                          auto [y, mean, invstd] = batch_norm_forward(x, w, b, rm, rv, true, 0.1, 1e-5);
+                          (void)batch_norm_backward(grad_out, x, w, mean, invstd);
+                        },
+                        static_cast<double>(n)};
+      }));
   c.push_back(gpu_case("cuda_mlp_train", "samples_per_s", "samples/s", 1,
                        "MLP 784-512-512-10 training step on the GPU, SGD momentum, batch 128", [] {
                          constexpr int64_t kBatch = 128;

@@ -1,6 +1,7 @@
 """PyTorch side of `bench --device cuda` cases that torch_gpu_anchors.py does not cover, on the
 same GPU and with the same shapes as tools/bench/cuda_cases.cpp: add of 2^28 float32, softmax and
-layer norm of 8192 x 8192 bf16, matmul f32 4096 (TF32 off), the MLP training step at batch 128.
+layer norm of 8192 x 8192 bf16, matmul f32 4096 (TF32 off), the MLP training step at batch 128,
+batch norm training forward + backward of [32, 64, 56, 56] float32 channels_last.
 Timed with CUDA events, median of 20 after warm-up. One JSON line per case.
 
     python3 tools/bench/torch_cuda_extra.py
@@ -59,3 +60,9 @@ def step():
 
 s = timed(step)
 emit("mlp_train_b128", samples_per_s=round(128 / s))
+xb = torch.randn(32, 64, 56, 56, device=dev).contiguous(memory_format=torch.channels_last).requires_grad_()
+gb = torch.randn(32, 64, 56, 56, device=dev).contiguous(memory_format=torch.channels_last)
+wb, bb = torch.ones(64, device=dev, requires_grad=True), torch.zeros(64, device=dev, requires_grad=True)
+rm, rv = torch.zeros(64, device=dev), torch.ones(64, device=dev)
+s = timed(lambda: F.batch_norm(xb, rm, rv, wb, bb, training=True).backward(gb))
+emit("batch_norm_train_f32_cl", images_per_s=round(32 / s))

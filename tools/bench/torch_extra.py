@@ -1,6 +1,6 @@
 """PyTorch side of the bench cases that ../shared/anchors/ does not cover: add_f32_16M,
 copy_f32_16M (torch's own copy_), softmax_f32_4096x4096, sum_f32_4096x4096_{rows,cols},
-{sgd,adamw}_step_f32_4M, predict_cnn_{f32,int8}_b{256,1} and {mlp,cnn}_train_bf16, measured
+{sgd,adamw}_step_f32_4M, batch_norm_train_f32_32x64x32x32{,_cl}, predict_cnn_{f32,int8}_b{256,1} and {mlp,cnn}_train_bf16, measured
 like the anchors.
 
     /usr/bin/python3 tools/bench/torch_extra.py --threads 2
@@ -28,6 +28,21 @@ emit(args, bench_name(), "softmax_f32_4096x4096", m, gbytes_per_s=round(2 * 4 * 
 for name, dim in (("sum_f32_4096x4096_rows", 1), ("sum_f32_4096x4096_cols", 0)):
     m = measure(lambda: torch.sum(x, dim), args)
     emit(args, bench_name(), name, m, gbytes_per_s=round(4 * 4096 * 4096 / m["sec"] / 1e9, 1))
+
+# batch_norm_train_f32_32x64x32x32{,_cl}: batch norm training forward (running statistics
+# updated) and backward (input, weight and bias gradients), NCHW and channels_last, as
+# tools/bench/cases.cpp; images/s = 32 / s.
+for suffix, fmt in (("", torch.contiguous_format), ("_cl", torch.channels_last)):
+    xb = torch.randn(32, 64, 32, 32).contiguous(memory_format=fmt).requires_grad_()
+    gb = torch.randn(32, 64, 32, 32).contiguous(memory_format=fmt)
+    wb, bb = torch.ones(64, requires_grad=True), torch.zeros(64, requires_grad=True)
+    rm, rv = torch.zeros(64), torch.ones(64)
+
+    def bn_step():
+        torch.nn.functional.batch_norm(xb, rm, rv, wb, bb, training=True).backward(gb)
+
+    m = measure(bn_step, args)
+    emit(args, bench_name(), "batch_norm_train_f32_32x64x32x32" + suffix, m, images_per_s=round(32 / m["sec"]))
 
 # sgd_step_f32_4M, adamw_step_f32_4M: one optimizer step over 16 x 256K float32 parameters with
 # gradients, as tools/bench/nn_cases.cpp; foreach (the default) and, where this PyTorch has it on

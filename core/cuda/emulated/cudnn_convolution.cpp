@@ -43,32 +43,6 @@ namespace {
 
 thread_local std::string last_error;
 
-cudaDataType element_type(int32_t cudnn_type) {
-  switch (cudnn_type) {
-    case CUDNN_DATA_DOUBLE:
-      return CUDA_R_64F;
-    case CUDNN_DATA_HALF:
-      return CUDA_R_16F;
-    case CUDNN_DATA_BFLOAT16:
-      return CUDA_R_16BF;
-    default:
-      return CUDA_R_32F;
-  }
-}
-
-int64_t numel(const TensorDesc& t) {
-  int64_t n = 1;
-  for (int64_t d : t.dims) n *= d;
-  return n;
-}
-
-// One past the largest element offset a tensor's strides reach.
-int64_t extent(const TensorDesc& t) {
-  int64_t last = 0;
-  for (size_t i = 0; i < t.dims.size(); ++i) last += (t.dims[i] - 1) * t.strides[i];
-  return last + 1;
-}
-
 const TensorDesc& output_of(const ConvOp& op) {
   return op.kind == ConvKind::kForward ? op.y : op.kind == ConvKind::kBackwardData ? op.x : op.w;
 }
@@ -199,9 +173,35 @@ cudnnStatus_t fail(cudnnStatus_t status, const char* message) {
   return status;
 }
 
+cudaDataType element_type(int32_t cudnn_type) {
+  switch (cudnn_type) {
+    case CUDNN_DATA_DOUBLE:
+      return CUDA_R_64F;
+    case CUDNN_DATA_HALF:
+      return CUDA_R_16F;
+    case CUDNN_DATA_BFLOAT16:
+      return CUDA_R_16BF;
+    default:
+      return CUDA_R_32F;
+  }
+}
+
+int64_t numel(const TensorDesc& t) {
+  int64_t n = 1;
+  for (int64_t d : t.dims) n *= d;
+  return n;
+}
+
+int64_t extent(const TensorDesc& t) {
+  int64_t last = 0;
+  for (size_t i = 0; i < t.dims.size(); ++i) last += (t.dims[i] - 1) * t.strides[i];
+  return last + 1;
+}
+
 cudnnStatus_t engine_supports(const Graph& g) {
-  if (g.ops.size() != 1)
-    return fail(CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN, "emulated cuDNN: one convolution per graph");
+  if (g.ops.size() + g.norms.size() != 1)
+    return fail(CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN, "emulated cuDNN: one operation per graph");
+  if (!g.norms.empty()) return norm_engine_supports(g.norms[0]);
   const ConvOp& op = g.ops[0];
   if (op.conv.spatial_dims != 2)
     return fail(CUDNN_STATUS_NOT_SUPPORTED_SHAPE, "emulated cuDNN: 2-D convolutions only");
@@ -219,6 +219,7 @@ cudnnStatus_t engine_supports(const Graph& g) {
 }
 
 int64_t engine_workspace_bytes(const Graph& g) {
+  if (!g.norms.empty()) return 2 * g.norms[0].tensors[kNormX].dims[1] * 8;  // per channel, two doubles
   const ConvOp& op = g.ops[0];
   return numel(output_of(op)) * (double_compute(op) ? 8 : 4);
 }
@@ -324,9 +325,49 @@ cudnnStatus_t cudnnGetStream(cudnnHandle_t handle, cudaStream_t* stream) {
   return CUDNN_STATUS_SUCCESS;
 }
 
+namespace {
+
+using loom_emu::cudnn::Descriptor;
+using loom_emu::cudnn::TensorDesc;
+
+// The variant pack's pointer for tensor t, checked as cuDNN checks it: SUCCESS or why not.
+cudnnStatus_t pointer_for(const Descriptor& pack, const TensorDesc& t, void*& out) {
+  const auto it = std::find(pack.uids.begin(), pack.uids.end(), t.uid);
+  if (it == pack.uids.end())
+    return fail(CUDNN_STATUS_BAD_PARAM, "variant pack: a tensor's unique id is missing");
+  out = pack.pointers[static_cast<size_t>(it - pack.uids.begin())];
+  if (out == nullptr) return fail(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "variant pack: null data pointer");
+  if (!t.by_value && reinterpret_cast<uintptr_t>(out) % static_cast<uintptr_t>(t.alignment) != 0)
+    return fail(CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER,
+                "variant pack: pointer below the tensor's byte alignment");
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// A device tensor's pointer must cover every element its strides reach (a by-value tensor is a
+// host scalar).
+void check_reach(const char* what, const TensorDesc& t, const void* p) {
+  if (t.by_value) return;
+  loom_emu::cudnn::check_device(
+      what, p,
+      loom_emu::cudnn::extent(t) *
+          static_cast<int64_t>(loom_emu::type_size(loom_emu::cudnn::element_type(t.data_type))));
+}
+
+cudnnStatus_t execute_norm(const loom_emu::cudnn::NormOp& op, const Descriptor& pack, void* workspace) {
+  std::array<void*, loom_emu::cudnn::kNormRoles> pointers{};
+  for (size_t r = 0; r < pointers.size(); ++r) {
+    if (!op.has[r]) continue;
+    if (cudnnStatus_t s = pointer_for(pack, op.tensors[r], pointers[r]); s != CUDNN_STATUS_SUCCESS) return s;
+  }
+  for (size_t r = 0; r < pointers.size(); ++r)
+    if (op.has[r]) check_reach("a batch norm tensor", op.tensors[r], pointers[r]);
+  return loom_emu::cudnn::run_batch_norm(op, pointers, workspace);
+}
+
+}  // namespace
+
 cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan_desc,
                                   cudnnBackendDescriptor_t pack_desc) {
-  using loom_emu::cudnn::Descriptor;
   auto* plan = static_cast<Descriptor*>(plan_desc);
   auto* pack = static_cast<Descriptor*>(pack_desc);
   if (handle == nullptr || plan == nullptr || pack == nullptr || plan->magic != loom_emu::cudnn::kLiveMagic ||
@@ -337,31 +378,19 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
     return fail(CUDNN_STATUS_BAD_PARAM_DESCRIPTOR_TYPE, "expected an execution plan and a variant pack");
   if (!plan->finalized || !pack->finalized)
     return fail(CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED, "execution plan or variant pack not finalized");
-  const auto& op = plan->engine.graph.ops[0];
-  void* ptrs[3] = {};
-  const loom_emu::cudnn::TensorDesc* tensors[3] = {&op.x, &op.w, &op.y};
-  for (int i = 0; i < 3; ++i) {
-    const auto& t = *tensors[i];
-    const auto it = std::find(pack->uids.begin(), pack->uids.end(), t.uid);
-    if (it == pack->uids.end())
-      return fail(CUDNN_STATUS_BAD_PARAM, "variant pack: a tensor's unique id is missing");
-    ptrs[i] = pack->pointers[static_cast<size_t>(it - pack->uids.begin())];
-    if (ptrs[i] == nullptr)
-      return fail(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "variant pack: null data pointer");
-    if (reinterpret_cast<uintptr_t>(ptrs[i]) % static_cast<uintptr_t>(t.alignment) != 0)
-      return fail(CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER,
-                  "variant pack: pointer below the tensor's byte alignment");
-  }
   const int64_t ws = plan->workspace_bytes;
   if (ws > 0 && pack->workspace == nullptr)
     return fail(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "variant pack: the plan needs a workspace");
   if (ws > 0 && !loom_emu::is_device_range(pack->workspace, static_cast<size_t>(ws)))
     return fail(CUDNN_STATUS_BAD_PARAM_SIZE_INSUFFICIENT, "variant pack: workspace smaller than the plan's");
-  const char* names[3] = {"x", "w", "y"};
+  const auto& graph = plan->engine.graph;
+  if (!graph.norms.empty()) return execute_norm(graph.norms[0], *pack, pack->workspace);
+  const auto& op = graph.ops[0];
+  void* ptrs[3] = {};
+  const TensorDesc* tensors[3] = {&op.x, &op.w, &op.y};
   for (int i = 0; i < 3; ++i)
-    loom_emu::cudnn::check_device(
-        names[i], ptrs[i],
-        loom_emu::cudnn::extent(*tensors[i]) *
-            static_cast<int64_t>(loom_emu::type_size(loom_emu::cudnn::element_type(tensors[i]->data_type))));
+    if (cudnnStatus_t s = pointer_for(*pack, *tensors[i], ptrs[i]); s != CUDNN_STATUS_SUCCESS) return s;
+  const char* names[3] = {"x", "w", "y"};
+  for (int i = 0; i < 3; ++i) check_reach(names[i], *tensors[i], ptrs[i]);
   return loom_emu::cudnn::run_convolution(op, ptrs[0], ptrs[1], ptrs[2], pack->workspace);
 }

@@ -14,6 +14,10 @@
  *    filter's, whose output channels are not divisible by the groups, or whose output shape is
  *    not the convolution's (CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH); two tensors of one graph with
  *    one unique id (CUDNN_STATUS_BAD_PARAM_DUPLICATED_ENTRIES);
+ *  - a normalization node finalized without its mode, its forward phase or a tensor it needs, or
+ *    with running statistics outside training or not all five together (CUDNN_STATUS_BAD_PARAM);
+ *    y, dy or dx not of x's dims, a per-channel tensor not [1, C, 1, ...], a scalar not all ones
+ *    (CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH);
  *  - a graph that no engine runs: the heuristic returns no configuration, and an engine config
  *    built by hand does not finalize (CUDNN_STATUS_NOT_SUPPORTED_*; see engine_supports).
  * Emulator limits, also CUDNN_STATUS_NOT_SUPPORTED: virtual tensors and descriptor types other
@@ -40,6 +44,11 @@ bool is_conv_op(cudnnBackendDescriptorType_t t) {
   return t == CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR ||
          t == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR ||
          t == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR;
+}
+
+bool is_norm_op(cudnnBackendDescriptorType_t t) {
+  return t == CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR ||
+         t == CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR;
 }
 
 // The checks every setter shares: the attribute's type, a non-null array, the element count.
@@ -126,6 +135,8 @@ cudnnStatus_t set_tensor_attr(Descriptor& d, cudnnBackendAttributeName_t name,
       if (v) return fail(CUDNN_STATUS_NOT_SUPPORTED, "emulated cuDNN: virtual tensors are not emulated");
       return CUDNN_STATUS_SUCCESS;
     }
+    case CUDNN_ATTR_TENSOR_IS_BY_VALUE:
+      return set_one(t.by_value, type, CUDNN_TYPE_BOOLEAN, count, array);
     default:
       return fail(CUDNN_STATUS_BAD_PARAM, "not a tensor attribute");
   }
@@ -210,6 +221,98 @@ cudnnStatus_t set_conv_op_attr(Descriptor& d, cudnnBackendAttributeName_t name,
   return CUDNN_STATUS_SUCCESS;
 }
 
+// The role of a normalization attribute that names a tensor, or kNormRoles for none.
+loom_emu::cudnn::NormRole norm_role(bool backward, cudnnBackendAttributeName_t name) {
+  using namespace loom_emu::cudnn;
+  if (backward) {
+    switch (name) {
+      case CUDNN_ATTR_OPERATION_NORM_BWD_XDESC:
+        return kNormX;
+      case CUDNN_ATTR_OPERATION_NORM_BWD_MEAN_DESC:
+        return kNormMean;
+      case CUDNN_ATTR_OPERATION_NORM_BWD_INV_VARIANCE_DESC:
+        return kNormInvVariance;
+      case CUDNN_ATTR_OPERATION_NORM_BWD_DYDESC:
+        return kNormDy;
+      case CUDNN_ATTR_OPERATION_NORM_BWD_SCALE_DESC:
+        return kNormScale;
+      case CUDNN_ATTR_OPERATION_NORM_BWD_EPSILON_DESC:
+        return kNormEpsilon;
+      case CUDNN_ATTR_OPERATION_NORM_BWD_DSCALE_DESC:
+        return kNormDscale;
+      case CUDNN_ATTR_OPERATION_NORM_BWD_DBIAS_DESC:
+        return kNormDbias;
+      case CUDNN_ATTR_OPERATION_NORM_BWD_DXDESC:
+        return kNormDx;
+      default:
+        return kNormRoles;
+    }
+  }
+  switch (name) {
+    case CUDNN_ATTR_OPERATION_NORM_FWD_XDESC:
+      return kNormX;
+    case CUDNN_ATTR_OPERATION_NORM_FWD_MEAN_DESC:
+      return kNormMean;
+    case CUDNN_ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC:
+      return kNormInvVariance;
+    case CUDNN_ATTR_OPERATION_NORM_FWD_SCALE_DESC:
+      return kNormScale;
+    case CUDNN_ATTR_OPERATION_NORM_FWD_BIAS_DESC:
+      return kNormBias;
+    case CUDNN_ATTR_OPERATION_NORM_FWD_EPSILON_DESC:
+      return kNormEpsilon;
+    case CUDNN_ATTR_OPERATION_NORM_FWD_EXP_AVG_FACTOR_DESC:
+      return kNormExpAvgFactor;
+    case CUDNN_ATTR_OPERATION_NORM_FWD_INPUT_RUNNING_MEAN_DESC:
+      return kNormInRunningMean;
+    case CUDNN_ATTR_OPERATION_NORM_FWD_INPUT_RUNNING_VAR_DESC:
+      return kNormInRunningVar;
+    case CUDNN_ATTR_OPERATION_NORM_FWD_OUTPUT_RUNNING_MEAN_DESC:
+      return kNormOutRunningMean;
+    case CUDNN_ATTR_OPERATION_NORM_FWD_OUTPUT_RUNNING_VAR_DESC:
+      return kNormOutRunningVar;
+    case CUDNN_ATTR_OPERATION_NORM_FWD_YDESC:
+      return kNormY;
+    default:
+      return kNormRoles;
+  }
+}
+
+cudnnStatus_t set_norm_op_attr(Descriptor& d, cudnnBackendAttributeName_t name,
+                               cudnnBackendAttributeType_t type, int64_t count, const void* array) {
+  auto& op = d.norm;
+  if (name == (op.backward ? CUDNN_ATTR_OPERATION_NORM_BWD_MODE : CUDNN_ATTR_OPERATION_NORM_FWD_MODE)) {
+    if (cudnnStatus_t s = set_one(op.mode, type, CUDNN_TYPE_NORM_MODE, count, array);
+        s != CUDNN_STATUS_SUCCESS)
+      return s;
+    return op.mode >= CUDNN_LAYER_NORM && op.mode <= CUDNN_ADA_LAYER_NORM
+               ? CUDNN_STATUS_SUCCESS
+               : fail(CUDNN_STATUS_BAD_PARAM, "unknown normalization mode");
+  }
+  if (!op.backward && name == CUDNN_ATTR_OPERATION_NORM_FWD_PHASE) {
+    if (cudnnStatus_t s = set_one(op.phase, type, CUDNN_TYPE_NORM_FWD_PHASE, count, array);
+        s != CUDNN_STATUS_SUCCESS)
+      return s;
+    return op.phase == CUDNN_NORM_FWD_INFERENCE || op.phase == CUDNN_NORM_FWD_TRAINING
+               ? CUDNN_STATUS_SUCCESS
+               : fail(CUDNN_STATUS_BAD_PARAM, "unknown normalization phase");
+  }
+  if (name == CUDNN_ATTR_OPERATION_NORM_FWD_PEER_STAT_DESCS ||
+      name == CUDNN_ATTR_OPERATION_NORM_BWD_PEER_STAT_DESCS)
+    return fail(CUDNN_STATUS_NOT_SUPPORTED,
+                "emulated cuDNN: peer statistics (multi-GPU batch norm) are not emulated");
+  const loom_emu::cudnn::NormRole role = norm_role(op.backward, name);
+  if (role == loom_emu::cudnn::kNormRoles)
+    return fail(CUDNN_STATUS_BAD_PARAM, "not an attribute of this operation");
+  const Descriptor* arg = nullptr;
+  if (cudnnStatus_t s = get_desc_arg(arg, type, count, array, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+      s != CUDNN_STATUS_SUCCESS)
+    return s;
+  op.tensors[role] = arg->tensor;
+  op.has[role] = true;
+  return CUDNN_STATUS_SUCCESS;
+}
+
 cudnnStatus_t set_attr(Descriptor& d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
                        int64_t count, const void* array) {
   const Descriptor* arg = nullptr;
@@ -232,14 +335,18 @@ cudnnStatus_t set_attr(Descriptor& d, cudnnBackendAttributeName_t name, cudnnBac
             s != CUDNN_STATUS_SUCCESS)
           return s;
         d.graph.ops.clear();
+        d.graph.norms.clear();
         for (int64_t i = 0; i < count; ++i) {
           const Descriptor* op = as_desc(static_cast<const cudnnBackendDescriptor_t*>(array)[i]);
           if (op == nullptr) return fail(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "null operation");
-          if (!is_conv_op(op->type))
+          if (!is_conv_op(op->type) && !is_norm_op(op->type))
             return fail(CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN,
-                        "emulated cuDNN: only convolution operations");
+                        "emulated cuDNN: only convolution and normalization operations");
           if (!op->finalized) return fail(CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED, "operation not finalized");
-          d.graph.ops.push_back(op->op);
+          if (is_norm_op(op->type))
+            d.graph.norms.push_back(op->norm);
+          else
+            d.graph.ops.push_back(op->op);
         }
         return CUDNN_STATUS_SUCCESS;
       }
@@ -324,6 +431,7 @@ cudnnStatus_t set_attr(Descriptor& d, cudnnBackendAttributeName_t name, cudnnBac
       return fail(CUDNN_STATUS_BAD_PARAM, "not a variant pack attribute");
     default:
       if (is_conv_op(d.type)) return set_conv_op_attr(d, name, type, count, array);
+      if (is_norm_op(d.type)) return set_norm_op_attr(d, name, type, count, array);
       return fail(CUDNN_STATUS_NOT_SUPPORTED, "emulated cuDNN: descriptor type not emulated");
   }
 }
@@ -381,18 +489,71 @@ cudnnStatus_t finalize_conv_op(loom_emu::cudnn::ConvOp& op) {
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t finalize_graph(const loom_emu::cudnn::Graph& g) {
-  if (g.ops.empty()) return fail(CUDNN_STATUS_BAD_PARAM, "operation graph: no operations");
-  std::vector<const loom_emu::cudnn::TensorDesc*> seen;
-  for (const auto& op : g.ops)
-    for (const auto* t : {&op.x, &op.w, &op.y}) {
-      for (const auto* u : seen)
-        if (u->uid == t->uid)
-          return fail(CUDNN_STATUS_BAD_PARAM_DUPLICATED_ENTRIES,
-                      "operation graph: two tensors with one unique id");
-      seen.push_back(t);
-    }
+// The roles a normalization node must have, and those that come all together or not at all.
+cudnnStatus_t finalize_norm_op(const loom_emu::cudnn::NormOp& op) {
+  using namespace loom_emu::cudnn;
+  if (op.mode < 0 || (!op.backward && op.phase < 0))
+    return fail(CUDNN_STATUS_BAD_PARAM, "normalization operation: mode (and forward phase) required");
+  auto all = [&](std::initializer_list<NormRole> roles) {
+    for (NormRole r : roles)
+      if (!op.has[r]) return false;
+    return true;
+  };
+  auto any = [&](std::initializer_list<NormRole> roles) {
+    for (NormRole r : roles)
+      if (op.has[r]) return true;
+    return false;
+  };
+  const bool training = !op.backward && op.phase == CUDNN_NORM_FWD_TRAINING;
+  if (op.backward
+          ? !all({kNormX, kNormDy, kNormScale, kNormMean, kNormInvVariance, kNormDx, kNormDscale, kNormDbias})
+          : !all({kNormX, kNormY, kNormScale, kNormBias, kNormEpsilon, kNormMean, kNormInvVariance}))
+    return fail(CUDNN_STATUS_BAD_PARAM, "normalization operation: a required tensor is not set");
+  const std::initializer_list<NormRole> running = {kNormExpAvgFactor, kNormInRunningMean, kNormInRunningVar,
+                                                   kNormOutRunningMean, kNormOutRunningVar};
+  if (any(running) && (!training || !all(running)))
+    return fail(CUDNN_STATUS_BAD_PARAM,
+                "normalization operation: running statistics need the training phase, the factor and "
+                "all four tensors");
+  // Shapes: the data tensors share x's dims; per-channel tensors are [1, C, 1, ...]; scalars are
+  // all ones.
+  const auto& x = op.tensors[kNormX].dims;
+  if (x.size() < 2)
+    return fail(CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH, "normalization operation: x needs [N, C, ...]");
+  for (size_t r = 0; r < op.has.size(); ++r) {
+    if (!op.has[r] || r == kNormX) continue;
+    const auto& d = op.tensors[r].dims;
+    const bool data = r == kNormY || r == kNormDy || r == kNormDx;
+    const bool scalar = r == kNormEpsilon || r == kNormExpAvgFactor;
+    bool ok = d.size() == x.size();
+    for (size_t i = 0; ok && i < d.size(); ++i) ok = d[i] == (data ? x[i] : scalar || i != 1 ? 1 : x[1]);
+    if (!ok)
+      return fail(CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH,
+                  scalar ? "normalization operation: epsilon and the factor are [1, 1, ...] scalars"
+                  : data ? "normalization operation: y, dy and dx take x's dimensions"
+                         : "normalization operation: statistics, scale and bias are [1, C, 1, ...]");
+  }
   return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t finalize_graph(const loom_emu::cudnn::Graph& g) {
+  if (g.ops.empty() && g.norms.empty()) return fail(CUDNN_STATUS_BAD_PARAM, "operation graph: no operations");
+  std::vector<const loom_emu::cudnn::TensorDesc*> seen;
+  auto unique = [&](const loom_emu::cudnn::TensorDesc* t) {
+    for (const auto* u : seen)
+      if (u->uid == t->uid) return false;
+    seen.push_back(t);
+    return true;
+  };
+  bool ok = true;
+  for (const auto& op : g.ops)
+    for (const auto* t : {&op.x, &op.w, &op.y}) ok = ok && unique(t);
+  for (const auto& op : g.norms)
+    for (size_t r = 0; r < op.has.size(); ++r)
+      if (op.has[r]) ok = ok && unique(&op.tensors[r]);
+  return ok ? CUDNN_STATUS_SUCCESS
+            : fail(CUDNN_STATUS_BAD_PARAM_DUPLICATED_ENTRIES,
+                   "operation graph: two tensors with one unique id");
 }
 
 cudnnStatus_t finalize(Descriptor& d) {
@@ -427,7 +588,7 @@ cudnnStatus_t finalize(Descriptor& d) {
         return fail(CUDNN_STATUS_BAD_PARAM, "variant pack: unique ids and data pointers differ in count");
       return CUDNN_STATUS_SUCCESS;
     default:
-      return finalize_conv_op(d.op);
+      return is_norm_op(d.type) ? finalize_norm_op(d.norm) : finalize_conv_op(d.op);
   }
 }
 
@@ -534,6 +695,8 @@ cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t type,
     case CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR:
     case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR:
     case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR:
+    case CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR:
+    case CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR:
       break;
     default:
       return fail(CUDNN_STATUS_NOT_SUPPORTED, "emulated cuDNN: descriptor type not emulated");
@@ -543,6 +706,7 @@ cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t type,
                : type == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR
                    ? ConvKind::kBackwardFilter
                    : ConvKind::kForward;
+  d->norm.backward = type == CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR;
   *descriptor = d;
   return CUDNN_STATUS_SUCCESS;
 }

@@ -6,8 +6,10 @@
  */
 #pragma once
 
+#include <cublas_v2.h>  // cudaDataType, the element types of element_io.h
 #include <cudnn_graph.h>
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -23,6 +25,7 @@ struct TensorDesc {
   bool uid_set = false;
   int64_t alignment = 0;  // bytes; 0: unset
   bool is_virtual = false;
+  bool by_value = false;  // a host scalar (epsilon, momentum): the variant pack points at host memory
 };
 
 struct ConvDesc {
@@ -46,9 +49,43 @@ struct ConvOp {
   int64_t groups = 1;  // set by finalize: C / w's C
 };
 
+// The tensors of a normalization node, by role. Forward: x, scale, bias, epsilon -> y, and in
+// training mean, inv_variance (written) and, optionally, exp_avg_factor with the input and output
+// running statistics; in inference mean and inv_variance are read. Backward: x, dy, scale, mean,
+// inv_variance -> dx, dscale, dbias (epsilon optional: the saved statistics already hold it).
+enum NormRole {
+  kNormX,
+  kNormY,
+  kNormMean,
+  kNormInvVariance,
+  kNormScale,
+  kNormBias,
+  kNormEpsilon,
+  kNormExpAvgFactor,
+  kNormInRunningMean,
+  kNormInRunningVar,
+  kNormOutRunningMean,
+  kNormOutRunningVar,
+  kNormDy,
+  kNormDx,
+  kNormDscale,
+  kNormDbias,
+  kNormRoles
+};
+
+struct NormOp {
+  bool backward = false;
+  int32_t mode = -1;   // cudnnBackendNormMode_t
+  int32_t phase = -1;  // cudnnBackendNormFwdPhase_t (forward only)
+  std::array<TensorDesc, kNormRoles> tensors;
+  std::array<bool, kNormRoles> has{};
+};
+
+// One operation: a convolution or a normalization node.
 struct Graph {
   bool has_handle = false;
   std::vector<ConvOp> ops;
+  std::vector<NormOp> norms;
 };
 
 // The emulator has one engine, global index 0: the reference convolution.
@@ -66,6 +103,7 @@ struct Descriptor {
   TensorDesc tensor;                            // TENSOR
   ConvDesc conv;                                // CONVOLUTION
   ConvOp op;                                    // OPERATION_CONVOLUTION_*
+  NormOp norm;                                  // OPERATION_NORM_*
   Graph graph;                                  // OPERATIONGRAPH
   int32_t heur_mode = CUDNN_HEUR_MODE_INSTANT;  // ENGINEHEUR (with graph, has_graph)
   bool has_graph = false;
@@ -83,9 +121,26 @@ struct Descriptor {
 // Records `message` as this thread's last error (cudnnGetLastErrorString) and returns `status`.
 cudnnStatus_t fail(cudnnStatus_t status, const char* message);
 
-// Whether the reference engine runs `g` (one 2-D convolution whose tensors share a type of
-// FLOAT, HALF, BFLOAT16 with FLOAT compute, or DOUBLE with DOUBLE compute); SUCCESS or why not.
+// Whether the reference engines run `g` (one 2-D convolution whose tensors share a type of
+// FLOAT, HALF, BFLOAT16 with FLOAT compute, or DOUBLE with DOUBLE compute; or one batch norm, see
+// norm_engine_supports); SUCCESS or why not.
 cudnnStatus_t engine_supports(const Graph& g);
+
+// Whether the reference batch norm runs `op` (cudnn_normalization.cpp); SUCCESS or why not.
+cudnnStatus_t norm_engine_supports(const NormOp& op);
+
+// Runs the plan's batch norm with one pointer per role (null for an absent role; by-value
+// tensors point at host scalars) and the plan's workspace (per channel, two double sums).
+// Checked by the caller.
+cudnnStatus_t run_batch_norm(const NormOp& op, const std::array<void*, kNormRoles>& pointers,
+                             void* workspace);
+
+// The element type of a cudnnDataType_t (FLOAT, DOUBLE, HALF, BFLOAT16).
+cudaDataType element_type(int32_t cudnn_type);
+
+// Elements of a tensor and one past the largest offset its strides reach.
+int64_t numel(const TensorDesc& t);
+int64_t extent(const TensorDesc& t);
 
 // Bytes of workspace the reference engine asks for: the output in the compute type.
 int64_t engine_workspace_bytes(const Graph& g);

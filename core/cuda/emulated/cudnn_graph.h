@@ -1,12 +1,14 @@
 /*
- * Emulated cuDNN 9 graph (backend) API: the subset that Loom's convolution wrapper
- * (ops/cuda/cudnn_conv.cpp) calls, with the real names, enum values and signatures of cuDNN 9
- * (cudnn_graph.h), implemented in cudnn_descriptors.cpp and cudnn_convolution.cpp.
+ * Emulated cuDNN 9 graph (backend) API: the subset that Loom's convolution and batch-norm
+ * wrappers (ops/cuda/cudnn_conv.cpp, cudnn_batch_norm.cpp) call, with the real names, enum values
+ * and signatures of cuDNN 9 (cudnn_graph.h), implemented in cudnn_descriptors.cpp,
+ * cudnn_convolution.cpp and cudnn_normalization.cpp.
  *
  * Why: the wrapper is one file for both builds; in the emulated build this folder comes first on
  * the include path. Descriptors take typed attributes and are finalized with the validation
- * cuDNN does; the one engine is a reference convolution (forward, backward data, backward filter)
- * that reads every operand through its strides. What cuDNN rejects is rejected here with the
+ * cuDNN does; the engines are a reference convolution (forward, backward data, backward filter)
+ * and a reference batch norm (forward training and inference, backward), each reading every
+ * operand through its strides. What cuDNN rejects is rejected here with the
  * status cuDNN returns (docs/cuda-emulation.md lists them).
  */
 #pragma once
@@ -105,6 +107,34 @@ typedef enum {
   CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X = 716,
   CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY = 717,
 
+  CUDNN_ATTR_OPERATION_NORM_FWD_MODE = 2000,
+  CUDNN_ATTR_OPERATION_NORM_FWD_PHASE = 2001,
+  CUDNN_ATTR_OPERATION_NORM_FWD_XDESC = 2002,
+  CUDNN_ATTR_OPERATION_NORM_FWD_MEAN_DESC = 2003,
+  CUDNN_ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC = 2004,
+  CUDNN_ATTR_OPERATION_NORM_FWD_SCALE_DESC = 2005,
+  CUDNN_ATTR_OPERATION_NORM_FWD_BIAS_DESC = 2006,
+  CUDNN_ATTR_OPERATION_NORM_FWD_EPSILON_DESC = 2007,
+  CUDNN_ATTR_OPERATION_NORM_FWD_EXP_AVG_FACTOR_DESC = 2008,
+  CUDNN_ATTR_OPERATION_NORM_FWD_INPUT_RUNNING_MEAN_DESC = 2009,
+  CUDNN_ATTR_OPERATION_NORM_FWD_INPUT_RUNNING_VAR_DESC = 2010,
+  CUDNN_ATTR_OPERATION_NORM_FWD_OUTPUT_RUNNING_MEAN_DESC = 2011,
+  CUDNN_ATTR_OPERATION_NORM_FWD_OUTPUT_RUNNING_VAR_DESC = 2012,
+  CUDNN_ATTR_OPERATION_NORM_FWD_YDESC = 2013,
+  CUDNN_ATTR_OPERATION_NORM_FWD_PEER_STAT_DESCS = 2014,
+
+  CUDNN_ATTR_OPERATION_NORM_BWD_MODE = 2100,
+  CUDNN_ATTR_OPERATION_NORM_BWD_XDESC = 2101,
+  CUDNN_ATTR_OPERATION_NORM_BWD_MEAN_DESC = 2102,
+  CUDNN_ATTR_OPERATION_NORM_BWD_INV_VARIANCE_DESC = 2103,
+  CUDNN_ATTR_OPERATION_NORM_BWD_DYDESC = 2104,
+  CUDNN_ATTR_OPERATION_NORM_BWD_SCALE_DESC = 2105,
+  CUDNN_ATTR_OPERATION_NORM_BWD_EPSILON_DESC = 2106,
+  CUDNN_ATTR_OPERATION_NORM_BWD_DSCALE_DESC = 2107,
+  CUDNN_ATTR_OPERATION_NORM_BWD_DBIAS_DESC = 2108,
+  CUDNN_ATTR_OPERATION_NORM_BWD_DXDESC = 2109,
+  CUDNN_ATTR_OPERATION_NORM_BWD_PEER_STAT_DESCS = 2110,
+
   CUDNN_ATTR_OPERATIONGRAPH_HANDLE = 800,
   CUDNN_ATTR_OPERATIONGRAPH_OPS = 801,
   CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT = 802,
@@ -150,6 +180,8 @@ typedef enum {
   CUDNN_TYPE_BACKEND_DESCRIPTOR = 15,
   CUDNN_TYPE_BEHAVIOR_NOTE = 19,
   CUDNN_TYPE_INT32 = 23,
+  CUDNN_TYPE_NORM_MODE = 27,
+  CUDNN_TYPE_NORM_FWD_PHASE = 28,
 } cudnnBackendAttributeType_t;
 
 typedef enum {
@@ -170,7 +202,23 @@ typedef enum {
   CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR = 15,
   CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR = 16,
   CUDNN_BACKEND_TENSOR_DESCRIPTOR = 17,
+  CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR = 29,
+  CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR = 30,
 } cudnnBackendDescriptorType_t;
+
+typedef enum {
+  CUDNN_LAYER_NORM = 0,
+  CUDNN_INSTANCE_NORM = 1,
+  CUDNN_BATCH_NORM = 2,
+  CUDNN_GROUP_NORM = 3,
+  CUDNN_RMS_NORM = 4,
+  CUDNN_ADA_LAYER_NORM = 5,
+} cudnnBackendNormMode_t;
+
+typedef enum {
+  CUDNN_NORM_FWD_INFERENCE = 0,
+  CUDNN_NORM_FWD_TRAINING = 1,
+} cudnnBackendNormFwdPhase_t;
 
 typedef enum {
   CUDNN_NUMERICAL_NOTE_TENSOR_CORE = 0,

@@ -3,7 +3,8 @@
  * warp each and long rows one block each; along a middle and the first dim, a thread per
  * column), layer_norm (with and without affine parameters, short and long rows), batch_norm
  * (training with running statistics of other dtypes and strides, checked after the update;
- * eval; [N, C] and [N, C, H, W]), nll_loss (class weights, ignore_index, each reduction,
+ * eval; [N, C] and [N, C, H, W]; channels_last activations through cuDNN's batch norm and, with
+ * cuDNN off, Loom's kernels), nll_loss (class weights, ignore_index, each reduction,
  * strided logp and target) and cross_entropy end to end, for every floating dtype, forward and
  * backward (the backward kernels are reached through autograd). Out-of-range targets must raise
  * the CPU's error on CUDA too.
@@ -13,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "ops/cuda/cudnn_conv.h"
+#include "ops/memory_format.h"
 #include "tests/cuda/ops/cuda_test_util.h"
 
 namespace loom {
@@ -186,6 +189,62 @@ TEST_CASE("nn batch_norm eval uses the running stats") {
           },
           batch_norm_inputs(shape, dt));
     }
+  }
+}
+
+// x as channels_last: NCHW sizes over NHWC memory, through differentiable views.
+Tensor as_channels_last(const Tensor& x) {
+  return contiguous(x.permute({0, 2, 3, 1})).permute({0, 3, 1, 2});
+}
+
+// cuDNN's batch norm takes channels_last activations with float32 statistics, parameters and
+// running statistics (what BatchNorm2d keeps for f32, f16 and bf16 activations); float64 goes to
+// Loom's kernels. With cuDNN off, every case runs Loom's kernels on NCHW copies. Either way the
+// output and the input's gradient stay channels_last, on the CPU too.
+TEST_CASE("nn batch_norm on channels_last activations matches the CPU, with cuDNN and without") {
+  LOOM_REQUIRE_GPU();
+  const std::vector<int64_t> shape{3, 5, 4, 3};
+  const int64_t c = shape[1];
+  struct CudnnSwitch {  // back on at the end, also when a REQUIRE throws
+    explicit CudnnSwitch(bool on) { cuda::set_cudnn_enabled(on); }
+    ~CudnnSwitch() { cuda::set_cudnn_enabled(true); }
+  };
+  for (bool cudnn : {true, false}) {
+    CudnnSwitch use(cudnn);
+    for (DType dt : cuda_float_dtypes()) {
+      for (bool training : {true, false}) {
+        for (bool affine : {true, false}) {
+          INFO(label(dt, training ? "training" : "eval", affine ? "affine" : "plain",
+                     cudnn ? "cuDNN" : "Loom"));
+          check_cuda_matches_cpu(
+              [&](const std::vector<Tensor>& in) {
+                Tensor x = as_channels_last(in[0]);
+                Tensor running_mean = contiguous(in[3].detach().slice(0, 0, 2 * c, 2));
+                Tensor running_var = in[4].detach().to(kFloat32);
+                auto [out, save_mean, save_invstd] =
+                    batch_norm_forward(x, affine ? in[1] : Tensor(), affine ? in[2] : Tensor(), running_mean,
+                                       running_var, training, 0.1, 1e-5);
+                CHECK(is_channels_last(out));
+                return std::vector<Tensor>{out, save_mean, save_invstd, running_mean, running_var};
+              },
+              batch_norm_inputs(shape, dt));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("nn batch_norm backward keeps channels_last gradients") {
+  LOOM_REQUIRE_GPU();
+  for (Device device : {Device::cpu(), Device::cuda()}) {
+    Tensor x = as_channels_last(values({2, 3, 4, 5}, kFloat32, 0.4, 3.0).to(device));
+    Tensor w = ones({3}, TensorOptions(kFloat32).device(device));
+    auto [out, save_mean, save_invstd] =
+        batch_norm_forward(x, w, Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5);
+    auto [grad_input, grad_weight, grad_bias] =
+        batch_norm_backward(ones_like(out), x, w, save_mean, save_invstd);
+    CHECK(is_channels_last(grad_input));
+    CHECK(grad_input.abs().max().item<double>() < 1e-5);  // a constant upstream gradient has none left
   }
 }
 
