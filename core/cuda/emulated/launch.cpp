@@ -2,7 +2,8 @@
  * The emulator's kernel launch: runs every thread of every block of a grid on the CPU with
  * CUDA's rules for barriers and warps (the execution model is described in emulator.h).
  *
- * Cooperative launches use a pool of OS threads, one per CUDA thread of a block. The pool
+ * Cooperative launches run one fiber per CUDA thread of a block on the launching thread
+ * (fiber.h), or, under ThreadSanitizer, a pool of OS threads, one per CUDA thread. Either
  * walks the grid block by block; the end of a block is itself a barrier round, after which the
  * last thread to finish sets the block up for the next index. A barrier round completes when
  * every thread of the block has arrived at the same __syncthreads (same file and line); a
@@ -11,7 +12,8 @@
  * through a per-warp slot array, one round per call, with two slot arrays used alternately so
  * that a lane that has run ahead to the next call cannot overwrite a value still being read.
  *
- * Every wait is a bounded condition-variable wait that also watches the launch's abort flag:
+ * Every wait is bounded (a condition-variable wait, or a fiber's yield) and also watches the
+ * launch's abort flag:
  * the first error stops the launch, wakes everyone, and is rethrown in the launching thread
  * as a loom::Error that names the kernel, the block and the thread.
  */
@@ -30,6 +32,7 @@
 
 #include "core/cuda/emulated/device_memory.h"
 #include "core/cuda/emulated/emulator.h"
+#include "core/cuda/emulated/fiber.h"
 #include "core/error.h"
 
 namespace loom_emu {
@@ -139,7 +142,18 @@ void bounded_wait(Launch& launch, std::unique_lock<std::mutex>& lock, std::condi
       fail(launch, loom::detail::concat("deadlock: ", describe_position(), " waited ", kDeadlockSeconds, " s for ",
                                   waiting_for(scratch)));
     }
-    cv.wait_for(lock, kPoll);
+    if constexpr (kFiberBlocks) {
+      // The thread-local position is the OS thread's, and the next fiber sets its own.
+      const ThreadContext self = tls_thread;
+      const ThreadPosition where = tls_position;
+      lock.unlock();
+      yield_fiber();  // the other CUDA threads of the block run until they wait too
+      lock.lock();
+      tls_thread = self;
+      tls_position = where;
+    } else {
+      cv.wait_for(lock, kPoll);
+    }
   }
 }
 
@@ -221,7 +235,7 @@ void run_body(Launch& launch) {
   }
 }
 
-// One OS thread of a cooperative launch: CUDA thread `linear` of every block in turn.
+// One fiber or OS thread of a cooperative launch: CUDA thread `linear` of every block in turn.
 void cooperative_worker(Launch& launch, unsigned linear) {
   tls_thread = ThreadContext{&launch, linear, true};
   try {
@@ -365,7 +379,11 @@ void launch(const LaunchSpec& spec, void (*body)(void*), void* ctx) {
       b.warps.back()->present = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
     }
     b.dynamic_shared.assign(spec.dynamic_shared_bytes, 0xff);
-    pool().run(threads, [&](unsigned linear) { cooperative_worker(launch, linear); });
+    const std::function<void(unsigned)> worker = [&](unsigned linear) { cooperative_worker(launch, linear); };
+    if constexpr (kFiberBlocks)
+      run_fibers(threads, worker);
+    else
+      pool().run(threads, worker);
   } else {
     // A few OS threads, so that races between blocks show up under ThreadSanitizer.
     unsigned workers = static_cast<unsigned>(
