@@ -13,9 +13,8 @@
  * that a lane that has run ahead to the next call cannot overwrite a value still being read.
  *
  * Every wait is bounded (a condition-variable wait, or a fiber's yield) and also watches the
- * launch's abort flag:
- * the first error stops the launch, wakes everyone, and is rethrown in the launching thread
- * as a loom::Error that names the kernel, the block and the thread.
+ * launch's abort flag: the first error stops the launch, wakes everyone, and is rethrown in the
+ * launching thread as a loom::Error that names the kernel, the block and the thread.
  */
 #include <algorithm>
 #include <atomic>
