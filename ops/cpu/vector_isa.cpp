@@ -3,9 +3,8 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <iostream>
 #include <string_view>
-
-#include "core/error.h"
 
 namespace loom::cpu {
 
@@ -22,20 +21,25 @@ VectorIsa supported() {
   return VectorIsa::Baseline;
 }
 
-VectorIsa from_environment(VectorIsa best) {
-  const char* env = std::getenv("LOOM_CPU_ISA");
-  if (env == nullptr || *env == '\0') return best;
-  const std::string_view v(env);
-  LOOM_CHECK(v == "baseline" || v == "avx2", "LOOM_CPU_ISA: expected baseline or avx2, got '", v, "'");
-  return v == "baseline" ? VectorIsa::Baseline : best;
-}
-
 std::atomic<VectorIsa>& chosen() {
-  static std::atomic<VectorIsa> isa{from_environment(supported())};
+  // First read inside a kernel, often on a worker thread of a parallel region, where an
+  // exception would end the process: a bad setting is reported and ignored instead.
+  static std::atomic<VectorIsa> isa{
+      vector_isa_from_setting(std::getenv("LOOM_CPU_ISA"), supported(), std::cerr)};
   return isa;
 }
 
 }  // namespace
+
+VectorIsa vector_isa_from_setting(const char* setting, VectorIsa best, std::ostream& warnings) {
+  if (setting == nullptr || *setting == '\0') return best;
+  const std::string_view v(setting);
+  if (v == "baseline") return VectorIsa::Baseline;
+  if (v == "avx2") return best;
+  warnings << "loom: LOOM_CPU_ISA='" << v << "' is neither baseline nor avx2; ignored, using "
+           << vector_isa_name(best) << "\n";
+  return best;
+}
 
 VectorIsa vector_isa() {
   return chosen().load(std::memory_order_relaxed);

@@ -14,6 +14,7 @@
  */
 #pragma once
 
+#include <ostream>
 #include <utility>
 
 namespace loom::cpu {
@@ -24,6 +25,11 @@ enum class VectorIsa { Baseline, Avx2 };
 // (baseline or avx2) in the environment and by set_vector_isa.
 VectorIsa vector_isa();
 const char* vector_isa_name(VectorIsa isa);
+// The choice LOOM_CPU_ISA = setting (null or empty: unset) makes on a CPU whose best is `best`:
+// baseline, or best for avx2. Any other value is written to `warnings` and ignored (as PyTorch
+// does with ATEN_CPU_CAPABILITY): the variable is first read inside a kernel, where an exception
+// would end the process.
+VectorIsa vector_isa_from_setting(const char* setting, VectorIsa best, std::ostream& warnings);
 // Caps the choice for the whole process, e.g. to compare AVX2 and baseline code in one run.
 // Returns the ISA now in use (never more than the CPU has or this build can dispatch to).
 VectorIsa set_vector_isa(VectorIsa wanted);

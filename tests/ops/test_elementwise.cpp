@@ -9,6 +9,7 @@
 #include <functional>
 #include <numbers>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -918,6 +919,20 @@ TEST_CASE("errors name the op and the shapes") {
   CHECK_THROWS_WITH_AS(a.add_(b), doctest::Contains("add_"), Error);
   CHECK_THROWS_WITH_AS(add(a, Tensor()), doctest::Contains("add"), Error);
   CHECK_THROWS_WITH_AS(exp(Tensor()), doctest::Contains("exp"), Error);
+}
+
+TEST_CASE("run-time vector ISA: LOOM_CPU_ISA caps the choice; a bad value is reported and ignored") {
+  using cpu::VectorIsa;
+  std::ostringstream warnings;
+  CHECK(cpu::vector_isa_from_setting(nullptr, VectorIsa::Avx2, warnings) == VectorIsa::Avx2);
+  CHECK(cpu::vector_isa_from_setting("", VectorIsa::Avx2, warnings) == VectorIsa::Avx2);
+  CHECK(cpu::vector_isa_from_setting("baseline", VectorIsa::Avx2, warnings) == VectorIsa::Baseline);
+  CHECK(cpu::vector_isa_from_setting("avx2", VectorIsa::Avx2, warnings) == VectorIsa::Avx2);
+  CHECK(cpu::vector_isa_from_setting("avx2", VectorIsa::Baseline, warnings) ==
+        VectorIsa::Baseline);  // never more than the CPU has
+  CHECK(warnings.str().empty());
+  CHECK(cpu::vector_isa_from_setting("avx512", VectorIsa::Avx2, warnings) == VectorIsa::Avx2);
+  CHECK(warnings.str() == "loom: LOOM_CPU_ISA='avx512' is neither baseline nor avx2; ignored, using avx2\n");
 }
 
 TEST_CASE("run-time vector ISA: AVX2 loops give the baseline loops' results") {
