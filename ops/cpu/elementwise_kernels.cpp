@@ -138,14 +138,25 @@ LOOM_EIGEN_BLOCK_OP(LogBlock, x.log())
 LOOM_EIGEN_BLOCK_OP(Log1pBlock, x.log1p())
 LOOM_EIGEN_BLOCK_OP(SinBlock, x.sin())
 LOOM_EIGEN_BLOCK_OP(CosBlock, x.cos())
-LOOM_EIGEN_BLOCK_OP(TanhBlock, x.tanh())
+// tanh that is exactly +-1 where the correctly rounded value is (|u| > 9.1 in float, 19.1 in
+// double): Eigen's rational approximation stops short of 1 in some builds (SSE2), and the GELU's
+// 1 + tanh(u) would then be 6e-8 instead of 0, making gelu(-inf) -inf instead of NaN (PyTorch's).
+template <class Derived>
+auto saturating_tanh(const Eigen::ArrayBase<Derived>& u) {
+  using M = typename Derived::Scalar;
+  const M edge = std::is_same_v<M, float> ? M(9.1) : M(19.1);
+  return (u.abs() > edge).select(u.sign(), u.tanh());
+}
+
+LOOM_EIGEN_BLOCK_OP(TanhBlock, saturating_tanh(x))
 // Eigen's logistic() for float is a coarse approximation (8e-4 relative error in the tail);
 // 1 / (1 + exp(-x)) with its exp is within 3e-7.
 LOOM_EIGEN_BLOCK_OP(SigmoidBlock, (M(1) + (-x).exp()).inverse())
 LOOM_EIGEN_BLOCK_OP(SiluBlock, x / (M(1) + (-x).exp()))
 LOOM_EIGEN_BLOCK_OP(GeluBlock, M(0.5) * x * (M(1) + (x * M(0.70710678118654752440)).erf()))
 LOOM_EIGEN_BLOCK_OP(GeluTanhBlock,
-                    M(0.5) * x * (M(1) + (M(0.79788456080286535588) * (x + M(0.044715) * x.cube())).tanh()))
+                    M(0.5) * x *
+                        (M(1) + saturating_tanh(M(0.79788456080286535588) * (x + M(0.044715) * x.cube()))))
 #undef LOOM_EIGEN_BLOCK_OP
 
 // Correctly rounded square roots (Eigen's fast-math sqrt loses 1-2 bits): the hardware
@@ -263,7 +274,7 @@ void gelu_backward_block(const M* gp, const M* xp, M* outp, int64_t n, bool tanh
   ArrayMap<M> out(outp, len);
   if (tanh_approximation) {
     const M k = M(0.79788456080286535588), a = M(0.044715);
-    auto t = (k * (x + a * x.cube())).tanh();
+    auto t = saturating_tanh(k * (x + a * x.cube()));
     out = g * (M(0.5) * (M(1) + t) + M(0.5) * x * (M(1) - t.square()) * k * (M(1) + M(3) * a * x.square()));
   } else {
     const M inv_sqrt_2pi = M(0.39894228040143267794);
