@@ -157,8 +157,8 @@ class GraphTask {
     for (const Tensor& g : grads) any = any || g.defined();
     if (!any) return {};  // nothing flows through this node
     for (size_t i = 0; i < grads.size(); ++i) {
-      if (grads[i].defined()) continue;
       const TensorMeta& m = node.output_meta()[i];
+      if (grads[i].defined() || !m.differentiable) continue;
       grads[i] = zeros(m.sizes, TensorOptions(m.dtype).device(m.device));
     }
     const std::vector<bool> skipped = deferred_ ? defer_uncaptured_inputs(node, grads) : std::vector<bool>();

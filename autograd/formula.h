@@ -34,6 +34,9 @@ namespace loom::autograd {
 struct Save {
   uint32_t inputs = 0;
   uint32_t outputs = 0;
+  // Outputs the op returns only so that backward can read them (a pre-activation, a hidden
+  // layer): they get no history, so no gradient flows into them and none is made for them.
+  uint32_t saved_only_outputs = 0;
 };
 
 // The node of one recorded op, without its attribute type.

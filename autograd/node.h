@@ -38,6 +38,9 @@ struct TensorMeta {
   DimVector sizes;
   DType dtype = DType::Float32;
   Device device;
+  // False for an output recorded only to be saved for backward (Save::saved_only_outputs): no
+  // gradient flows into it, and the engine does not make zeros for it.
+  bool differentiable = true;
   TensorMeta() = default;
   explicit TensorMeta(const Tensor& t) : sizes(t.sizes()), dtype(t.dtype()), device(t.device()) {}
 };
@@ -78,7 +81,10 @@ class Node : public std::enable_shared_from_this<Node> {
 
   // Forward outputs (the gradients this node receives).
   const PoolVector<TensorMeta>& output_meta() const { return output_meta_; }
-  void add_output_meta(const Tensor& t) { output_meta_.push_back(t.defined() ? TensorMeta(t) : TensorMeta()); }
+  void add_output_meta(const Tensor& t, bool differentiable = true) {
+    output_meta_.push_back(t.defined() ? TensorMeta(t) : TensorMeta());
+    output_meta_.back().differentiable = differentiable;
+  }
   // Forward inputs (the gradients this node returns must match them).
   const PoolVector<TensorMeta>& input_meta() const { return input_meta_; }
   void add_input(Edge edge, const Tensor& input);

@@ -55,8 +55,9 @@ void record(Op op, std::span<const Tensor> inputs, std::span<const Tensor> outpu
   node->reserve(inputs.size(), outputs.size());
   for (const Tensor& in : inputs) node->add_input(gradient_edge(in), in);
   for (size_t i = 0; i < outputs.size(); ++i) {
-    node->add_output_meta(outputs[i]);
-    if (records_history(outputs[i])) set_history(outputs[i], node, static_cast<uint32_t>(i));
+    const bool saved_only = (entry.save.saved_only_outputs >> i & 1) != 0;
+    node->add_output_meta(outputs[i], !saved_only);
+    if (!saved_only && records_history(outputs[i])) set_history(outputs[i], node, static_cast<uint32_t>(i));
   }
   if (entry.save.inputs || entry.save.outputs) node->save(inputs, outputs, entry.save);
 }

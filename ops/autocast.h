@@ -4,9 +4,9 @@
  * aten/src/ATen/autocast_mode.cpp). All of it is here, so that the policy reads as one table.
  *
  * Lower precision (floating inputs cast to the autocast dtype, bf16 on the CPU; output in it):
- *   matmul, mm, bmm, linear, linear_activation, conv2d, scaled_dot_product_attention and its
- *   fused flash_attention (two bmm's around a softmax: torch lists it there too; the fused kernels
- *   keep the softmax statistics in float32).
+ *   matmul, mm, bmm, linear, linear_activation, linear_activation_linear, conv2d,
+ *   scaled_dot_product_attention and its fused flash_attention (two bmm's around a softmax:
+ *   torch lists it there too; the fused kernels keep the softmax statistics in float32).
  *   These are where the time goes and where bf16/f16 hardware paths pay (oneDNN's bf16 GEMM
  *   and convolution, tensor cores). They accumulate in float32 inside the kernel, so rounding
  *   the inputs costs relative error ~2^-8 per product term but does not grow with K.

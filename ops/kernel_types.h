@@ -58,6 +58,14 @@ using LinearActivationKernel = void (*)(const Tensor& out, const Tensor& pre_act
 // grad^T x, grad_bias [N] = the column sums of grad (undefined when not wanted).
 using LinearWeightGradKernel = void (*)(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad,
                                         const Tensor& x);
+// The gradient at the pre-activation of a hidden layer h = activation(pre) that feeds a linear,
+// for grad [R, N] (the gradient at that linear's output, any strides) and weight [N, H]:
+// grad_pre [R, H] = (grad @ weight) * activation'(pre), grad_bias [H] = the column sums of
+// grad_pre (undefined when not wanted). pre [R, H] is undefined for relu, whose derivative reads
+// hidden [R, H]; pre, hidden and grad_pre are contiguous.
+using LinearInputGradActivationKernel = void (*)(const Tensor& grad_pre, const Tensor& grad_bias,
+                                                 const Tensor& grad, const Tensor& weight, const Tensor& pre,
+                                                 const Tensor& hidden, Activation activation);
 
 // ---- convolution and pooling on NCHW tensors
 struct Conv2dParams {

@@ -17,6 +17,7 @@
 #include "ops/autograd_hook.h"
 #include "ops/copy_ops.h"
 #include "ops/dispatch.h"
+#include "ops/elementwise.h"
 #include "ops/op_utils.h"
 #include "ops/view_ops.h"
 
@@ -157,6 +158,12 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 
 namespace {
 
+void check_activation(Activation activation, std::string_view op) {
+  LOOM_CHECK(
+      activation == Activation::Relu || activation == Activation::Gelu || activation == Activation::GeluTanh,
+      op, ": unknown activation ", static_cast<int64_t>(activation));
+}
+
 void check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::string_view op) {
   check_operands(x, weight, op);
   LOOM_CHECK(x.dim() >= 1, op, ": expected an input with at least 1 dim, got shape ", x.sizes());
@@ -201,9 +208,7 @@ std::pair<Tensor, Tensor> linear_activation_forward(const Tensor& x, const Tenso
                                                     Activation activation) {
   LOOM_AUTOCAST_LOWER(linear_activation_forward, x, weight, bias, activation);
   check_linear(x, weight, bias, "linear_activation");
-  LOOM_CHECK(activation == Activation::Relu || activation == Activation::Gelu ||
-                 activation == Activation::GeluTanh,
-             "linear_activation: unknown activation ", static_cast<int64_t>(activation));
+  check_activation(activation, "linear_activation");
   if (should_record(x, weight, bias)) {
     std::pair<Tensor, Tensor> r;
     {
@@ -249,6 +254,85 @@ std::pair<Tensor, Tensor> linear_weight_grad(const Tensor& grad, const Tensor& x
   Tensor grad_bias = with_bias ? empty({grad.size(1)}, x.options()) : Tensor();
   get_kernel<Op::linear_weight_grad>(x.device())(grad_weight, grad_bias, grad, x);
   return {grad_weight, grad_bias};
+}
+
+std::tuple<Tensor, Tensor, Tensor> linear_activation_linear_forward(const Tensor& x, const Tensor& weight1,
+                                                                    const Tensor& bias1,
+                                                                    const Tensor& weight2,
+                                                                    const Tensor& bias2,
+                                                                    Activation activation) {
+  LOOM_AUTOCAST_LOWER(linear_activation_linear_forward, x, weight1, bias1, weight2, bias2, activation);
+  check_linear(x, weight1, bias1, "linear_activation_linear (first linear)");
+  check_defined(weight2, "linear_activation_linear", "second weight");
+  check_same_device(x, weight2, "linear_activation_linear");
+  LOOM_CHECK(weight2.dim() == 2 && weight2.size(1) == weight1.size(0),
+             "linear_activation_linear: the second weight must be [out, ", weight1.size(0),
+             "] to take the first linear's ", weight1.size(0), " features (first weight ", weight1.sizes(),
+             "), got ", weight2.sizes());
+  check_activation(activation, "linear_activation_linear");
+  if (should_record(x, weight1, bias1, weight2, bias2)) {
+    std::tuple<Tensor, Tensor, Tensor> r;
+    {
+      AutoGradMode below_autograd(false);
+      r = linear_activation_linear_forward(x, weight1, bias1, weight2, bias2, activation);
+    }
+    const auto& [out, hidden, pre] = r;
+    if (pre.defined())
+      record<Op::linear_activation_linear>({x, weight1, bias1, weight2, bias2}, {out, hidden, pre},
+                                           LinearActivationAttrs{activation});
+    else
+      record<Op::linear_activation_linear>({x, weight1, bias1, weight2, bias2}, {out, hidden},
+                                           LinearActivationAttrs{activation});
+    return r;
+  }
+  // The second linear's checks (dtype, bias) name it; the shapes were checked above.
+  auto [hidden, pre] = linear_activation_forward(x, weight1, bias1, activation);
+  check_linear(hidden, weight2, bias2, "linear_activation_linear (second linear)");
+  return {linear(hidden, weight2, bias2), hidden, pre};
+}
+
+Tensor linear_activation_linear(const Tensor& x, const Tensor& weight1, const Tensor& bias1,
+                                const Tensor& weight2, const Tensor& bias2, Activation activation) {
+  return std::get<0>(linear_activation_linear_forward(x, weight1, bias1, weight2, bias2, activation));
+}
+
+Tensor activation_backward(const Tensor& grad, const Tensor& pre, const Tensor& output,
+                           Activation activation) {
+  if (activation == Activation::Relu) return where(output.gt(0), grad, 0.0);
+  return gelu_backward(grad, pre, activation == Activation::GeluTanh ? "tanh" : "none");
+}
+
+std::pair<Tensor, Tensor> linear_input_grad_activation(const Tensor& grad, const Tensor& weight2,
+                                                       const Tensor& pre, const Tensor& hidden,
+                                                       Activation activation, bool with_bias) {
+  constexpr std::string_view op = "linear_input_grad_activation";
+  check_operands(grad, weight2, op);
+  check_activation(activation, op);
+  LOOM_CHECK(grad.dim() == 2 && weight2.dim() == 2 && grad.size(1) == weight2.size(0), op,
+             ": expected grad [R, out] and weight [out, hidden], got shapes ", grad.sizes(), " and ",
+             weight2.sizes());
+  const DimVector want{grad.size(0), weight2.size(1)};
+  const Tensor& saved = activation == Activation::Relu ? hidden : pre;
+  check_defined(saved, op, activation == Activation::Relu ? "hidden (relu's output)" : "pre-activation");
+  for (const Tensor* t : {&hidden, &pre}) {
+    if (!t->defined()) continue;
+    check_same_device(grad, *t, op);
+    LOOM_CHECK(t->sizes() == IntArrayRef(want) && t->dtype() == grad.dtype(), op,
+               ": expected the hidden layer as ", grad.dtype(), " ", IntArrayRef(want), " for grad ",
+               grad.sizes(), " and weight ", weight2.sizes(), ", got ", t->dtype(), " ", t->sizes());
+  }
+  LOOM_CHECK(!should_record(grad, weight2, pre, hidden), op,
+             ": not differentiable (a backward op); for a second derivative differentiate the unfused ops");
+  Tensor grad_pre = empty(want, grad.options());
+  Tensor grad_bias = with_bias ? empty({want[1]}, grad.options()) : Tensor();
+  if (grad_pre.numel() == 0) {
+    if (with_bias) fill_(grad_bias, 0);
+    return {grad_pre, grad_bias};
+  }
+  get_kernel<Op::linear_input_grad_activation>(grad.device())(
+      grad_pre, grad_bias, grad, weight2, pre.defined() ? contiguous(pre) : pre,
+      hidden.defined() ? contiguous(hidden) : hidden, activation);
+  return {grad_pre, grad_bias};
 }
 
 // ---- Tensor methods ------------------------------------------------------------------------

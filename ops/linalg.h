@@ -6,6 +6,7 @@
  */
 #pragma once
 
+#include <tuple>
 #include <utility>
 
 #include "core/tensor.h"
@@ -24,13 +25,45 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 // tanh GELU only, which is cuBLASLt's) and the erf GELU after the GEMM. Throws as linear does.
 Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation);
 // linear_activation and its pre-activation x W^T + b (undefined for relu, whose gradient reads
-// the output): what autograd records.
+// the output): what autograd records. The pre-activation is saved for backward only and carries
+// no gradient history.
 std::pair<Tensor, Tensor> linear_activation_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                                     Activation activation);
 // linear's weight and bias gradients in one op: grad [R, out], x [R, in] (same dtype and device)
 // -> (grad^T x [out, in], the column sums of grad [out], undefined unless with_bias). On CUDA
 // the bias gradient comes from the GEMM's BGRADB epilogue.
 std::pair<Tensor, Tensor> linear_weight_grad(const Tensor& grad, const Tensor& x, bool with_bias);
+
+// Two linears with an activation between them, one op (a transformer's or an MLP's block):
+// linear(activation(linear(x, weight1, bias1)), weight2, bias2), x [*, in], weight1 [hidden, in],
+// weight2 [out, hidden], biases undefined or of the weights' rows -> [*, out]. Forward is
+// linear_activation then linear, the same numbers. Backward is where it differs: the gradient
+// at the hidden layer's pre-activation comes from one op (linear_input_grad_activation), which on
+// CUDA is one cuBLASLt GEMM with the DGELU_BGRAD epilogue for the tanh GELU (the product,
+// the GELU's derivative and the bias gradient in one pass). Throws as linear does, naming the
+// layer whose shapes do not fit.
+Tensor linear_activation_linear(const Tensor& x, const Tensor& weight1, const Tensor& bias1,
+                                const Tensor& weight2, const Tensor& bias2, Activation activation);
+// The same and what autograd records with it: (output, hidden = activation(pre), pre, undefined
+// for relu). hidden and pre are saved for backward only and carry no gradient history.
+std::tuple<Tensor, Tensor, Tensor> linear_activation_linear_forward(const Tensor& x, const Tensor& weight1,
+                                                                    const Tensor& bias1,
+                                                                    const Tensor& weight2,
+                                                                    const Tensor& bias2,
+                                                                    Activation activation);
+// grad * activation'(pre) as relu's and gelu's own formulas compute it: relu's derivative reads
+// its output, the GELUs' their input pre (the other may be undefined).
+Tensor activation_backward(const Tensor& grad, const Tensor& pre, const Tensor& output,
+                           Activation activation);
+// linear_activation_linear's backward at its hidden layer: grad [R, out] and weight2 [out, hidden]
+// -> (grad_pre = (grad @ weight2) * activation'(pre) [R, hidden], its column sums [hidden] or
+// undefined unless with_bias). pre [R, hidden] is the GELUs' pre-activation (undefined for relu),
+// hidden [R, hidden] the activation's output (relu's derivative reads it). Not differentiable:
+// it refuses to be recorded (a second derivative goes through the unfused ops, see
+// autograd/formulas/linalg.cpp).
+std::pair<Tensor, Tensor> linear_input_grad_activation(const Tensor& grad, const Tensor& weight2,
+                                                       const Tensor& pre, const Tensor& hidden,
+                                                       Activation activation, bool with_bias);
 
 namespace cuda {
 // Whether float32 matmuls on CUDA may use TF32 (inputs rounded to a 10-bit mantissa, float

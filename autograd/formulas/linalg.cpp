@@ -4,6 +4,7 @@
  * gradients are matmuls themselves, so they are differentiable again (create_graph).
  */
 #include <array>
+#include <tuple>
 
 #include "autograd/formulas/formulas.h"
 #include "core/grad_mode.h"
@@ -71,13 +72,53 @@ void register_linalg_formulas() {
   // formula computes it, then linear's gradients. Under create_graph h is recomputed with linear
   // (the same values), so that the second derivative reaches x, W and b through it.
   define_formula<Op::linear_activation>(
-      Save{.inputs = 0b111, .outputs = 0b11}, [](const GradContext<LinearActivationAttrs>& c, const Grads& g) {
+      Save{.inputs = 0b111, .outputs = 0b11, .saved_only_outputs = 0b10},
+      [](const GradContext<LinearActivationAttrs>& c, const Grads& g) {
         const Activation act = c.attrs().activation;
         auto h = [&] { return GradMode::is_enabled() ? linear(c.input(0), c.input(1), c.input(2)) : c.output(1); };
-        Tensor grad_h = act == Activation::Relu
-                            ? where(c.output(0).gt(0), g[0], 0.0)
-                            : gelu_backward(g[0], h(), act == Activation::GeluTanh ? "tanh" : "none");
+        Tensor grad_h = activation_backward(g[0], act == Activation::Relu ? Tensor() : h(), c.output(0), act);
         return linear_grads(c.input(0), c.input(1), {c.needs_grad(0), c.needs_grad(1), c.needs_grad(2)}, grad_h);
+      });
+  // out = hidden W2^T + b2, hidden = act(pre) (output 1), pre = x W1^T + b1 (output 2, the
+  // GELUs'). The gradient at pre and b1's come from one op, linear_input_grad_activation (on
+  // CUDA one GEMM with the tanh GELU's derivative and the bias gradient in its epilogue), then
+  // W1's and x's from it. Under create_graph, or where the dtypes differ or autocast would lower
+  // the products (as linear_grads decides), the unfused ops instead: the same gradients, which
+  // can be differentiated again (hidden recomputed, as above).
+  define_formula<Op::linear_activation_linear>(
+      Save{.inputs = 0b01111, .outputs = 0b110, .saved_only_outputs = 0b110},
+      [](const GradContext<LinearActivationAttrs>& c, const Grads& g) {
+        const Activation act = c.attrs().activation;
+        const Tensor x = c.input(0), w1 = c.input(1), w2 = c.input(3);
+        const std::array<bool, 3> first{c.needs_grad(0), c.needs_grad(1), c.needs_grad(2)};
+        const bool needs_pre = first[0] || first[1] || first[2];
+        Tensor g2 = g[0].reshape({-1, w2.size(0)});
+        if (GradMode::is_enabled() || g2.dtype() != x.dtype() || autocast_active(g2)) {
+          Tensor hidden = c.output(1), pre = act == Activation::Relu ? Tensor() : c.output(2);
+          if (GradMode::is_enabled()) {  // recomputed with the public ops, whose outputs all carry history
+            pre = linear(x, w1, c.input(2));
+            hidden =
+                act == Activation::Relu ? relu(pre) : gelu(pre, act == Activation::Gelu ? "none" : "tanh");
+          }
+          Grads second = linear_grads(hidden, w2, {needs_pre, c.needs_grad(3), c.needs_grad(4)}, g[0]);
+          if (!needs_pre) return Grads{Tensor(), Tensor(), Tensor(), second[1], second[2]};
+          Grads r = linear_grads(x, w1, first, activation_backward(second[0], pre, hidden, act));
+          return Grads{r[0], r[1], r[2], second[1], second[2]};
+        }
+        const int64_t hidden_features = w1.size(0);
+        Tensor hidden = c.output(1).reshape({-1, hidden_features});
+        Tensor pre = act == Activation::Relu ? Tensor() : c.output(2).reshape({-1, hidden_features});
+        Tensor grad_w2, grad_b2;
+        if (c.needs_grad(3))
+          std::tie(grad_w2, grad_b2) = linear_weight_grad(g2, hidden, c.needs_grad(4));
+        else if (c.needs_grad(4))
+          grad_b2 = g2.sum({0});
+        if (!needs_pre) return Grads{Tensor(), Tensor(), Tensor(), grad_w2, grad_b2};
+        auto [grad_pre, grad_b1] = linear_input_grad_activation(g2, w2, pre, hidden, act, first[2]);
+        Tensor x2 = x.reshape({-1, x.size(-1)});
+        Tensor grad_w1 = first[1] ? linear_weight_grad(grad_pre, x2, false).first : Tensor();
+        Tensor grad_x = first[0] ? matmul(grad_pre, w1).view(x.sizes()) : Tensor();
+        return Grads{grad_x, grad_w1, grad_b1, grad_w2, grad_b2};
       });
   // (grad_weight, grad_bias) = (grad^T x, column sums of grad): d grad = x gw^T + gb (broadcast
   // over the rows), d x = grad gw.

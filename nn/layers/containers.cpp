@@ -45,6 +45,14 @@ Sequential::Sequential(const std::vector<std::shared_ptr<Module>>& modules) {
 
 namespace {
 
+// The activations cuBLASLt has epilogues for: ReLU and the tanh GELU (not the erf GELU).
+std::optional<Activation> epilogue_activation(const Module& m) {
+  if (typeid(m) == typeid(ReLU)) return Activation::Relu;
+  if (typeid(m) == typeid(GELU) && static_cast<const GELU&>(m).approximate() == "tanh")
+    return Activation::GeluTanh;
+  return std::nullopt;
+}
+
 // A plain Linear followed by a ReLU or a tanh GELU, on a CUDA input that fits the Linear: one
 // linear_activation, whose activation (and bias) cuBLASLt applies in the GEMM's epilogue
 // (RELU_BIAS, GELU_AUX_BIAS) instead of another pass over the output. Elsewhere (the CPU, whose
@@ -54,10 +62,22 @@ std::optional<Activation> fusable_activation(const Module& layer, const Module& 
   if (!x.defined() || !x.is_cuda() || typeid(layer) != typeid(Linear)) return std::nullopt;
   const auto& linear = static_cast<const Linear&>(layer);
   if (x.dim() < 1 || x.size(-1) != linear.in_features()) return std::nullopt;  // Linear names the error
-  if (typeid(next) == typeid(ReLU)) return Activation::Relu;
-  if (typeid(next) == typeid(GELU) && static_cast<const GELU&>(next).approximate() == "tanh")
-    return Activation::GeluTanh;
-  return std::nullopt;
+  return epilogue_activation(next);
+}
+
+// Linear, tanh GELU, Linear (a transformer's MLP) fuse further into one linear_activation_linear,
+// whose backward computes the first layer's pre-activation gradient and bias gradient in the
+// second GEMM's epilogue (DGELU_BGRAD). Not when the second Linear is itself followed by an
+// activation it could fuse with (the next triple or pair takes it), nor for ReLU: cuBLASLt's
+// ReLU backward reads a bit mask Loom does not keep, so the pair is as fast.
+bool fuses_with_next_linear(const Sequential& seq, size_t i, Activation activation) {
+  if (activation != Activation::GeluTanh || i + 2 >= seq.size()) return false;
+  const Module& second = *seq.ptr(static_cast<int64_t>(i + 2));
+  if (typeid(second) != typeid(Linear)) return false;
+  const auto& first = static_cast<const Linear&>(*seq.ptr(static_cast<int64_t>(i)));
+  if (static_cast<const Linear&>(second).in_features() != first.out_features())
+    return false;  // Linear names it
+  return i + 3 >= seq.size() || !epilogue_activation(*seq.ptr(static_cast<int64_t>(i + 3)));
 }
 
 }  // namespace
@@ -70,6 +90,13 @@ Tensor Sequential::forward(const Tensor& input) {
     if (i + 1 < n) {
       if (auto activation = fusable_activation(layer, *ptr(static_cast<int64_t>(i + 1)), x)) {
         const auto& linear = static_cast<const Linear&>(layer);
+        if (fuses_with_next_linear(*this, i, *activation)) {
+          const auto& second = static_cast<const Linear&>(*ptr(static_cast<int64_t>(i + 2)));
+          x = linear_activation_linear(x, linear.weight, linear.bias, second.weight, second.bias,
+                                       *activation);
+          i += 2;
+          continue;
+        }
         x = linear_activation(x, linear.weight, linear.bias, *activation);
         ++i;
         continue;

@@ -11,8 +11,8 @@
  *    without AVX-512, where oneDNN has no bf16 kernels.
  *  - f64 and integers: Eigen's GEMM (blocked, vectorised, OpenMP-parallel), one batch at a time,
  *    or batches in parallel when the matrices are small. Integers wrap around like PyTorch's.
- * linear_activation and linear_weight_grad are the unfused computations, op for op, so that CPU
- * results do not depend on whether a model uses the fused ops.
+ * linear_activation, linear_weight_grad and linear_input_grad_activation are the unfused
+ * computations, op for op, so that CPU results do not depend on whether a model uses the fused ops.
  */
 #include <Eigen/Core>
 
@@ -23,6 +23,7 @@
 #include "ops/cpu/parallel_grain.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
+#include "ops/linalg.h"
 #include "ops/reduction.h"
 #include "ops/view_ops.h"
 
@@ -211,12 +212,24 @@ void linear_weight_grad_kernel(const Tensor& grad_weight, const Tensor& grad_bia
   if (grad_bias.defined()) copy_(grad_bias, sum(grad, {0}));
 }
 
+// Exactly the unfused gradient: matmul(grad, weight), then relu's or gelu's backward as their
+// formulas compute it, then the column sums.
+void linear_input_grad_activation_kernel(const Tensor& grad_pre, const Tensor& grad_bias, const Tensor& grad,
+                                         const Tensor& weight, const Tensor& pre, const Tensor& hidden,
+                                         Activation activation) {
+  Tensor grad_hidden = empty(grad_pre.sizes(), grad_pre.options());
+  matmul_kernel(grad_hidden.unsqueeze(0), grad.unsqueeze(0), weight.unsqueeze(0), Tensor());
+  copy_(grad_pre, activation_backward(grad_hidden, pre, hidden, activation));
+  if (grad_bias.defined()) copy_(grad_bias, sum(grad_pre, {0}));
+}
+
 }  // namespace
 
 void register_linalg_kernels() {
   register_kernel<Op::matmul>(DeviceType::CPU, matmul_kernel);
   register_kernel<Op::linear_activation>(DeviceType::CPU, linear_activation_kernel);
   register_kernel<Op::linear_weight_grad>(DeviceType::CPU, linear_weight_grad_kernel);
+  register_kernel<Op::linear_input_grad_activation>(DeviceType::CPU, linear_input_grad_activation_kernel);
 }
 
 }  // namespace loom::cpu

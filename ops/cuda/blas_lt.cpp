@@ -60,6 +60,8 @@ cublasLtEpilogue_t lt_epilogue(const LtGemm& g) {
       return g.bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
     case LtEpilogue::kBiasGradB:
       return CUBLASLT_EPILOGUE_BGRADB;
+    case LtEpilogue::kDGeluTanh:
+      return g.bias ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }

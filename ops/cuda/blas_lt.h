@@ -1,6 +1,7 @@
 /*
  * Loom's cuBLASLt wrapper: one strided batched GEMM with an epilogue (bias, bias + ReLU,
- * bias + tanh-GELU keeping the GELU input for backward, and the bias gradient of B), in cuBLAS's
+ * bias + tanh-GELU keeping the GELU input for backward, the bias gradient of B, and the
+ * tanh-GELU's backward with the bias gradient of its result), in cuBLAS's
  * column-major terms like blas.h. Descriptors, layouts and the heuristic's algorithm are cached
  * per problem (shapes, leading dimensions, dtype, epilogue); the workspace comes from the caching
  * allocator. The same code runs on a GPU and in the emulated build (core/cuda/emulated/cublasLt.h).
@@ -22,6 +23,7 @@ enum class LtEpilogue {
   kReluBias,      // D = relu(op(A) op(B) + bias[row]); bias may be null (RELU)
   kGeluTanhBias,  // D = gelu_tanh(op(A) op(B) + bias[row]); bias may be null; aux (if set) gets the GELU input
   kBiasGradB,     // D = op(A) op(B); bias[col] = the sum over k of op(B)[:, col] (BGRADB)
+  kDGeluTanh,     // D = op(A) op(B) * gelu_tanh'(aux); bias (if set) gets D's row sums (DGELU_BGRAD)
 };
 
 struct LtGemm {
@@ -36,8 +38,9 @@ struct LtGemm {
   int64_t batch = 1;
   DType dtype = DType::Float32;  // of A, B, D, the bias and aux
   LtEpilogue epilogue = LtEpilogue::kNone;
-  void* bias = nullptr;  // packed; read (kBias, kReluBias, kGeluTanhBias) or written (kBiasGradB)
-  void* aux = nullptr;   // kGeluTanhBias only: m x n column-major, ld aux_ld (a multiple of 8)
+  void* bias = nullptr;  // packed; read (kBias, kReluBias, kGeluTanhBias) or written (kBiasGradB, kDGeluTanh)
+  void* aux = nullptr;   // m x n column-major, ld aux_ld (a multiple of 8): written by kGeluTanhBias, read by
+                         // kDGeluTanh
   int64_t aux_ld = 0, aux_stride = 0;
 };
 

@@ -20,6 +20,8 @@
  * GELU input kept as the pre-activation for backward); cuBLASLt's GELU is the tanh form, so the
  * erf GELU, and any problem cuBLASLt has no algorithm for, runs the GEMM and then the activation
  * kernel. linear_weight_grad: grad^T x with the BGRADB epilogue summing grad for the bias.
+ * linear_input_grad_activation: grad @ weight with the DGELU_BGRAD epilogue for the tanh GELU
+ * (the GELU's derivative at the saved pre-activation and the bias gradient, in the GEMM).
  */
 #include <algorithm>
 #include <optional>
@@ -30,6 +32,7 @@
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
+#include "ops/linalg.h"
 #include "ops/reduction.h"
 
 namespace loom::cuda {
@@ -229,12 +232,39 @@ void linear_weight_grad_kernel(const Tensor& grad_weight, const Tensor& grad_bia
   if (grad_bias.defined()) copy_(grad_bias, sum(grad, {0}));
 }
 
+// grad_pre [R, H] = (grad [R, N] @ weight [N, H]) * activation'(...), grad_bias = its column
+// sums. In cuBLAS's terms grad_pre^T (H x R) = weight^T grad^T, so the pre-activation, row-major
+// [R, H], is DGELU's aux with ld H, and DGELU_BGRAD's sums over D's columns are over the rows R.
+// cuBLASLt has the tanh GELU's derivative only; relu's (DRELU_BGRAD) reads a bit mask in a
+// format only RELU_AUX writes, so relu, the erf GELU, an aux leading dimension cuBLASLt refuses
+// (not a multiple of 8) or no algorithm take the GEMM, then the activation's backward and the
+// sums, as the CPU does.
+void linear_input_grad_activation_kernel(const Tensor& grad_pre, const Tensor& grad_bias, const Tensor& grad,
+                                         const Tensor& weight, const Tensor& pre, const Tensor& hidden,
+                                         Activation activation) {
+  check_gemm_dtype("linear_input_grad_activation", grad_pre, grad, weight);
+  const int64_t h = grad_pre.size(1);
+  if (activation == Activation::GeluTanh && h % 8 == 0 && grad.size(1) > 0) {
+    RowMajorGemm g(grad_pre.unsqueeze(0), grad.unsqueeze(0), weight.unsqueeze(0));
+    g.lt.epilogue = LtEpilogue::kDGeluTanh;
+    g.lt.aux = pre.data_ptr();
+    g.lt.aux_ld = h;
+    g.lt.bias = grad_bias.defined() ? grad_bias.data_ptr() : nullptr;
+    if (g.direct && lt_matmul(g.lt)) return;
+  }
+  Tensor grad_hidden = empty(grad_pre.sizes(), grad_pre.options());
+  gemm_bias(grad_hidden.unsqueeze(0), grad.unsqueeze(0), weight.unsqueeze(0), Tensor());
+  copy_(grad_pre, activation_backward(grad_hidden, pre, hidden, activation));
+  if (grad_bias.defined()) copy_(grad_bias, sum(grad_pre, {0}));
+}
+
 }  // namespace
 
 void register_linalg_cuda_kernels() {
   register_kernel<Op::matmul>(DeviceType::CUDA, matmul_kernel);
   register_kernel<Op::linear_activation>(DeviceType::CUDA, linear_activation_kernel);
   register_kernel<Op::linear_weight_grad>(DeviceType::CUDA, linear_weight_grad_kernel);
+  register_kernel<Op::linear_input_grad_activation>(DeviceType::CUDA, linear_input_grad_activation_kernel);
 }
 
 }  // namespace loom::cuda

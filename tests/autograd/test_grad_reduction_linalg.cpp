@@ -164,6 +164,50 @@ TEST_CASE("linear gradients: g W, g^T x, and the bias summed over every leading 
   check_close(autograd::grad({no_bias.sum()}, {w})[0], {5, 7, 9, 5, 7, 9});
 }
 
+TEST_CASE("linear_activation_linear: one node whose gradients equal the unfused layers' in float32") {
+  Tensor r = make(random_values(2 * 3 * 5, 51), {2, 3, 5}).to(kFloat32);
+  for (Activation act : {Activation::Relu, Activation::Gelu, Activation::GeluTanh}) {
+    CAPTURE(static_cast<int>(act));
+    std::vector<Tensor> fused, unfused;
+    const std::vector<std::vector<int64_t>> shapes{{2, 3, 4}, {8, 4}, {8}, {5, 8}, {5}};  // x, w1, b1, w2, b2
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      Tensor t = make(random_values(shape_numel(shapes[i]), 52 + i), shapes[i]).to(kFloat32);
+      fused.push_back(t.clone().requires_grad_());
+      unfused.push_back(t.clone().requires_grad_());
+    }
+    Tensor y = linear_activation_linear(fused[0], fused[1], fused[2], fused[3], fused[4], act);
+    CHECK(autograd::graph_to_string({y}).find("LinearActivationLinearBackward") != std::string::npos);
+    Tensor y_ref = linear(linear_activation(unfused[0], unfused[1], unfused[2], act), unfused[3], unfused[4]);
+    CHECK(equal(y, y_ref));
+    auto g = autograd::grad({(y * r).sum()}, fused);
+    auto g_ref = autograd::grad({(y_ref * r).sum()}, unfused);
+    for (size_t i = 0; i < g.size(); ++i) {
+      CAPTURE(i);
+      check_close(g[i], values(g_ref[i]), Tol{1e-6, 1e-6});
+    }
+    // Only what is asked for: the second layer alone never reaches the hidden layer's gradient.
+    Tensor y2 = linear_activation_linear(fused[0], fused[1], fused[2], fused[3], fused[4], act);
+    auto g_second = autograd::grad({(y2 * r).sum()}, {fused[3]});
+    check_close(g_second[0], values(g_ref[3]), Tol{1e-6, 1e-6});
+  }
+  // The hidden layer and the pre-activation are saved for backward only: no history, so no
+  // gradient can flow into them (and the engine makes no zeros for them).
+  Tensor x = leaf({3, 4}, 60), w1 = leaf({8, 4}, 61), w2 = leaf({2, 8}, 62);
+  auto [out, hidden, pre] =
+      linear_activation_linear_forward(x, w1, Tensor(), w2, Tensor(), Activation::GeluTanh);
+  CHECK(out.requires_grad());
+  CHECK_FALSE(hidden.requires_grad());
+  CHECK_FALSE(pre.requires_grad());
+  auto [h, h_pre] = linear_activation_forward(x, w1, Tensor(), Activation::Gelu);
+  CHECK(h.requires_grad());
+  CHECK_FALSE(h_pre.requires_grad());
+  // Its backward op is not differentiable itself; the formula differentiates the unfused ops instead.
+  Tensor g2 = leaf({3, 5}, 57), w_out = leaf({5, 8}, 58), pre_act = leaf({3, 8}, 59);
+  CHECK_THROWS_WITH_AS(
+      linear_input_grad_activation(g2, w_out, pre_act, pre_act.relu(), Activation::Gelu, true),
+      doctest::Contains("linear_input_grad_activation: not differentiable"), Error);
+}
+
 TEST_CASE("mm and bmm record one matmul node each") {
   Tensor a = leaf({2, 3}, 21), b = leaf({3, 2}, 22);
   CHECK(autograd::graph_to_string({mm(a, b)}).find("MatmulBackward") != std::string::npos);

@@ -39,8 +39,12 @@ const std::map<Op, const char*> kNonDifferentiable = {
     {Op::logical_and, "bool output"},
     {Op::logical_or, "bool output"},
     {Op::amp_unscale_and_check_, "GradScaler's in-place pass over the gradients, outside the graph"},
-    {Op::flash_attention_backward, "the fused attention's backward; a second derivative goes through the "
-                                   "written-out attention (its call refuses create_graph)"},
+    {Op::flash_attention_backward,
+     "the fused attention's backward; a second derivative goes through the "
+     "written-out attention (its call refuses create_graph)"},
+    {Op::linear_input_grad_activation,
+     "linear_activation_linear's backward at its hidden layer; a second "
+     "derivative goes through the unfused ops (its call refuses to be recorded)"},
     {Op::fused_adam_, "the optimizer's in-place step, outside the graph"},
     {Op::fused_sgd_, "the optimizer's in-place step, outside the graph"},
     {Op::foreach_norm_reduce, "clip_grad_norm_'s pass over the gradients, outside the graph"},

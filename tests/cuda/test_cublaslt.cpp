@@ -1,6 +1,7 @@
 /*
  * The emulated cuBLASLt (core/cuda/emulated/cublasLt.h): the epilogues Loom uses against a host
- * reference (BIAS, RELU_BIAS, GELU_AUX_BIAS with its aux matrix, BGRADB, a batch), and each
+ * reference (BIAS, RELU_BIAS, GELU_AUX_BIAS with its aux matrix, BGRADB, DGELU and DGELU_BGRAD
+ * reading that aux matrix, a batch), and each
  * rejection the cuBLASLt documentation lists for what Loom could get wrong, with cuBLASLt's
  * status; the INT8 GEMM (s8 x s8 -> s32, and -> s8 with a float scale) against integer sums, with
  * the layout rules cuBLASLt imposes on it. Emulated build only: these pin the emulation's contract
@@ -89,6 +90,11 @@ struct Gemm {
 
 double gelu_tanh(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
 
+// Its derivative by a central difference, independent of the emulator's closed form.
+double gelu_tanh_slope(double x) {
+  return (gelu_tanh(x + 1e-6) - gelu_tanh(x - 1e-6)) / 2e-6;
+}
+
 }  // namespace
 
 TEST_CASE("emulated cuBLASLt: BIAS, RELU_BIAS and GELU_AUX_BIAS apply the bias, then the activation") {
@@ -128,6 +134,53 @@ TEST_CASE("emulated cuBLASLt: BGRADB sums op(B) over k, one value per column of 
     for (int64_t p = 0; p < 5; ++p) s += g.hb[static_cast<size_t>(p + j * 5)];
     CHECK(sums[static_cast<size_t>(j)] == doctest::Approx(s).epsilon(1e-5));
     CHECK(out[static_cast<size_t>(j * 4)] == doctest::Approx(g.product(0, j)).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("emulated cuBLASLt: DGELU multiplies by the GELU's slope at aux; DGELU_BGRAD also sums D's rows") {
+  LOOM_REQUIRE_GPU();
+  for (cublasLtEpilogue_t e : {CUBLASLT_EPILOGUE_DGELU, CUBLASLT_EPILOGUE_DGELU_BGRAD}) {
+    CAPTURE(static_cast<int>(e));
+    Gemm g(8, 3, 5);
+    std::vector<float> hpre = Gemm::values(16 * 3, 2.3);  // aux ld 16: a column's padding is skipped
+    for (float& v : hpre) v *= 3.0f;                      // across the GELU's curved part
+    DeviceFloats pre(hpre), grad_bias(8);
+    REQUIRE(g.set(CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(e)) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(g.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(pre.ptr())) ==
+            CUBLAS_STATUS_SUCCESS);
+    REQUIRE(g.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{16}) == CUBLAS_STATUS_SUCCESS);
+    if (e == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+      CHECK(g.run() == CUBLAS_STATUS_INVALID_VALUE);  // the bias gradient needs its pointer
+      REQUIRE(g.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(grad_bias.ptr())) ==
+              CUBLAS_STATUS_SUCCESS);
+    }
+    REQUIRE(g.run() == CUBLAS_STATUS_SUCCESS);
+    std::vector<float> out = g.D.host(), sums = grad_bias.host();
+    CHECK(pre.host() == hpre);  // read, not written
+    for (int64_t i = 0; i < 8; ++i) {
+      double row = 0;
+      for (int64_t j = 0; j < 3; ++j) {
+        const double want = g.product(i, j) * gelu_tanh_slope(hpre[static_cast<size_t>(i + j * 16)]);
+        CHECK(out[static_cast<size_t>(i + j * 8)] == doctest::Approx(want).epsilon(1e-5));
+        row += want;
+      }
+      if (e == CUBLASLT_EPILOGUE_DGELU_BGRAD)
+        CHECK(sums[static_cast<size_t>(i)] == doctest::Approx(row).epsilon(1e-5));
+      else
+        CHECK(sums[static_cast<size_t>(i)] == 0.0f);
+    }
+  }
+}
+
+TEST_CASE("emulated cuBLASLt: the ReLU bit-mask epilogues are refused, as an emulator limit") {
+  LOOM_REQUIRE_GPU();
+  for (cublasLtEpilogue_t e : {CUBLASLT_EPILOGUE_RELU_AUX_BIAS, CUBLASLT_EPILOGUE_DRELU_BGRAD}) {
+    CAPTURE(static_cast<int>(e));
+    Gemm g(8, 3, 5);
+    int found = -1;
+    REQUIRE(g.set(CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(e)) == CUBLAS_STATUS_SUCCESS);
+    CHECK(g.heuristic(found) == CUBLAS_STATUS_NOT_SUPPORTED);
+    CHECK(found == 0);
   }
 }
 

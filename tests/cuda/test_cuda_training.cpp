@@ -7,7 +7,8 @@
  * attention gives the CPU's output and gradients; `train --device cuda` follows
  * `train --device cpu`'s logged losses for every model of the zoo (mlp, cnn, resnet, gpt), and a
  * run stopped mid-epoch and resumed on CUDA ends bit-identical to one never stopped; a Sequential
- * fuses Linear + ReLU / tanh GELU into linear_activation on CUDA only, with the CPU's numbers.
+ * fuses Linear + ReLU / tanh GELU into linear_activation, and Linear + tanh GELU + Linear into
+ * linear_activation_linear, on CUDA only, with the CPU's numbers.
  */
 #include <doctest/doctest.h>
 
@@ -18,9 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "autograd/graph.h"
+#include "autograd/node.h"
 #include "core/cuda.h"
 #include "core/random.h"
-#include "autograd/node.h"
 #include "data/builtin_datasets.h"
 #include "data/dataset_writer.h"
 #include "data/idx_reader.h"
@@ -188,7 +190,7 @@ TEST_CASE("training: CausalSelfAttention on CUDA (fused attention) matches the C
   }
 }
 
-TEST_CASE("training: Sequential fuses Linear + ReLU / tanh GELU on CUDA into linear_activation, as the CPU computes") {
+TEST_CASE("training: Sequential fuses Linear + ReLU / tanh GELU (+ Linear) on CUDA, as the CPU computes") {
   LOOM_REQUIRE_GPU();
   const test::Tol kCudaTol{1e-5, 1e-5};
   auto make = [] {
@@ -212,12 +214,24 @@ TEST_CASE("training: Sequential fuses Linear + ReLU / tanh GELU on CUDA into lin
     CAPTURE(cpu_params[i].first);
     test::check_close(gpu_params[i].second.grad().to(kCPU), test::values(cpu_params[i].second.grad()), kCudaTol);
   }
-  // The fused pairs: one linear_activation node each, where the CPU has the activation's node.
+  // Linear + ReLU: one linear_activation node, where the CPU has the activation's node. It stays
+  // a pair in front of Linear + tanh GELU + Linear, which is one linear_activation_linear node
+  // (the last Linear is followed by an erf GELU, which it cannot fuse with).
   Tensor hidden_gpu = nn::Sequential((*gpu).ptr(0), (*gpu).ptr(1)).forward(x.to(Device::cuda()));
   Tensor hidden_cpu = nn::Sequential((*cpu).ptr(0), (*cpu).ptr(1)).forward(x);
   CAPTURE(hidden_gpu.grad_fn()->name());
-  CHECK(hidden_gpu.grad_fn()->name().find("LinearActivation") != std::string::npos);
+  CHECK(hidden_gpu.grad_fn()->name() == "LinearActivationBackward");
   CHECK(hidden_cpu.grad_fn()->name().find("LinearActivation") == std::string::npos);
+  const std::string graph = autograd::graph_to_string({out_gpu});
+  CAPTURE(graph);
+  CHECK(graph.find("LinearActivationLinearBackward") != std::string::npos);
+  Tensor mlp_gpu = nn::Sequential((*gpu).ptr(2), (*gpu).ptr(3), (*gpu).ptr(4)).forward(hidden_gpu);
+  CHECK(mlp_gpu.grad_fn()->name() == "LinearActivationLinearBackward");
+  // Followed by a tanh GELU, the second Linear pairs with it instead.
+  Tensor pairs_gpu =
+      nn::Sequential((*gpu).ptr(2), (*gpu).ptr(3), (*gpu).ptr(4), std::make_shared<nn::GELU>("tanh"))
+          .forward(hidden_gpu);
+  CHECK(pairs_gpu.grad_fn()->name() == "LinearActivationBackward");
 }
 
 TEST_CASE("training: train --device cuda runs where CUDA is, and refuses clearly where it is not") {

@@ -272,6 +272,86 @@ TEST_CASE("linear_activation: relu / gelu / tanh gelu of x W^T + b against float
                        doctest::Contains("linear_activation: expected a bias of shape [3]"), Error);
 }
 
+TEST_CASE(
+    "linear_activation_linear: exactly linear_activation then linear; shapes that do not fit name the "
+    "layer") {
+  Tensor x = grid({2, 3, 10}, kFloat32, 60), w1 = grid({8, 10}, kFloat32, 61), b1 = grid({8}, kFloat32, 62);
+  Tensor w2 = grid({5, 8}, kFloat32, 63), b2 = grid({5}, kFloat32, 64);
+  for (Activation act : {Activation::Relu, Activation::Gelu, Activation::GeluTanh}) {
+    CAPTURE(static_cast<int>(act));
+    auto [out, hidden, pre] = linear_activation_linear_forward(x, w1, b1, w2, b2, act);
+    auto [hidden_ref, pre_ref] = linear_activation_forward(x, w1, b1, act);
+    CHECK(equal(out, linear(hidden_ref, w2, b2)));
+    CHECK(equal(hidden, hidden_ref));
+    CHECK(pre.defined() == (act != Activation::Relu));
+    if (pre.defined()) CHECK(equal(pre, pre_ref));
+    CHECK(equal(linear_activation_linear(x, w1, Tensor(), w2, Tensor(), act),
+                linear(linear_activation(x, w1, Tensor(), act), w2)));
+  }
+  CHECK_THROWS_WITH_AS(
+      linear_activation_linear(x, w1, b1, grid({5, 7}, kFloat32, 1), b2, Activation::Relu),
+      doctest::Contains("the second weight must be [out, 8] to take the first linear's 8 features"), Error);
+  CHECK_THROWS_WITH_AS(
+      linear_activation_linear(x, grid({8, 9}, kFloat32, 1), b1, w2, b2, Activation::Relu),
+      doctest::Contains("linear_activation_linear (first linear): input shape [2, 3, 10] does not "
+                        "match weight shape [8, 9]"),
+      Error);
+  CHECK_THROWS_WITH_AS(
+      linear_activation_linear(x, w1, b1, w2, grid({4}, kFloat32, 1), Activation::Relu),
+      doctest::Contains("linear_activation_linear (second linear): expected a bias of shape [5]"), Error);
+}
+
+TEST_CASE("linear_input_grad_activation: (grad W2) * activation'(pre) and its column sums against float64") {
+  auto relu_d = [](double p) { return p > 0 ? 1.0 : 0.0; };
+  auto gelu_d = [](double p) {
+    return 0.5 * (1.0 + std::erf(p / std::sqrt(2.0))) + p * std::exp(-p * p / 2) / std::sqrt(2 * M_PI);
+  };
+  auto gelu_tanh_d = [](double p) {
+    const double s = std::sqrt(2.0 / M_PI), c = 0.044715, t = std::tanh(s * (p + c * p * p * p));
+    return 0.5 * (1.0 + t) + 0.5 * p * (1.0 - t * t) * s * (1.0 + 3.0 * c * p * p);
+  };
+  Tensor g = grid({6, 5}, kFloat64, 65), w2 = grid({5, 8}, kFloat64, 66), pre = grid({6, 8}, kFloat64, 67);
+  const std::vector<double> gh = ref_mm(g, w2), p = test::values(pre);
+  for (auto [act, d] : {std::pair<Activation, double (*)(double)>{Activation::Relu, +relu_d},
+                        {Activation::Gelu, +gelu_d},
+                        {Activation::GeluTanh, +gelu_tanh_d}}) {
+    CAPTURE(static_cast<int>(act));
+    std::vector<double> ref(gh.size()), sums(8, 0.0);
+    for (size_t i = 0; i < gh.size(); ++i) {
+      ref[i] = gh[i] * d(p[i]);
+      sums[i % 8] += ref[i];
+    }
+    // relu reads its output (positive exactly where pre is), the GELUs their input.
+    Tensor hidden = relu(pre);
+    Tensor saved_pre = act == Activation::Relu ? Tensor() : pre;
+    auto [grad_pre, grad_bias] = linear_input_grad_activation(g, w2, saved_pre, hidden, act, true);
+    check_close(grad_pre, ref, {6, 8});
+    check_close(grad_bias, sums, {8});
+    // A transposed grad, no bias gradient; and every dtype gives exactly the unfused ops.
+    auto [gt, none] = linear_input_grad_activation(g.t().contiguous().t(), w2, saved_pre, hidden, act, false);
+    CHECK(equal(gt, grad_pre));
+    CHECK_FALSE(none.defined());
+    for (DType t : {kFloat32, kBFloat16, kFloat16}) {
+      CAPTURE(t);
+      Tensor gt_ = g.to(t), wt = w2.to(t), pt = pre.to(t), ht = relu(pt);
+      auto [r, b] =
+          linear_input_grad_activation(gt_, wt, act == Activation::Relu ? Tensor() : pt, ht, act, true);
+      Tensor unfused = activation_backward(matmul(gt_, wt), pt, ht, act);
+      CHECK(equal(r, unfused));
+      CHECK(equal(b, unfused.sum({0})));
+    }
+  }
+  CHECK_THROWS_WITH_AS(
+      linear_input_grad_activation(g, w2, Tensor(), relu(pre), Activation::GeluTanh, true),
+      doctest::Contains("linear_input_grad_activation: pre-activation is an undefined tensor"), Error);
+  CHECK_THROWS_WITH_AS(
+      linear_input_grad_activation(g, w2, pre.narrow(1, 0, 7), relu(pre), Activation::Gelu, true),
+      doctest::Contains("expected the hidden layer as float64 [6, 8]"), Error);
+  CHECK_THROWS_WITH_AS(
+      linear_input_grad_activation(g, grid({4, 8}, kFloat64, 1), pre, relu(pre), Activation::Gelu, true),
+      doctest::Contains("expected grad [R, out] and weight [out, hidden]"), Error);
+}
+
 TEST_CASE("linear_weight_grad: grad^T x and the column sums of grad against float64") {
   for (DType t : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
     CAPTURE(t);

@@ -11,6 +11,9 @@
  *   cuda_matmul_bf16_8192    C = A B, 8192^3 bf16 (cuBLAS, f32 accumulation), TFLOP/s
  *   cuda_matmul_f32_4096     the same in float32 with TF32 off
  *   cuda_mlp_train           MLP 784-512-512-10 training step, SGD momentum, batch 128
+ *   cuda_mlp_block_bf16      GPT-2 small's MLP block (768 -> 3072, tanh GELU, -> 768) in bf16,
+ *                            forward + backward over 8 x 1024 tokens, tokens/s: one
+ *                            linear_activation_linear (DGELU_BGRAD in backward)
  *   cuda_batch_norm_train_f32_cl  batch norm training forward + backward of [32, 64, 56, 56]
  *                            float32 channels_last (cuDNN's batch norm), images/s
  * Every workload ends with cuda::synchronize(), so a timed call covers the kernels it queued.
@@ -18,6 +21,9 @@
 #include <memory>
 
 #include "core/cuda.h"
+#include "nn/layers/activation.h"
+#include "nn/layers/containers.h"
+#include "nn/layers/linear.h"
 #include "nn/loss.h"
 #include "nn/models/mlp.h"
 #include "nn/optim/sgd.h"
@@ -108,6 +114,25 @@ std::vector<BenchCase> cuda_cases() {
                                            optimizer->step();
                                          },
                                          static_cast<double>(kBatch)};
+                       }));
+  c.push_back(gpu_case("cuda_mlp_block_bf16", "tokens_per_s", "tokens/s", 1,
+                       "GPT-2 small's MLP block 768-3072-768 with the tanh GELU, bf16, forward + backward, "
+                       "8 x 1024 tokens",
+                       [] {
+                         constexpr int64_t kTokens = 8 * 1024, kModel = 768;
+                         auto block = std::make_shared<nn::Sequential>(
+                             std::make_shared<nn::Linear>(kModel, 4 * kModel),
+                             std::make_shared<nn::GELU>("tanh"),
+                             std::make_shared<nn::Linear>(4 * kModel, kModel));
+                         block->to(gpu(), kBFloat16);
+                         Tensor x = randn({8, 1024, kModel}, gpu()).to(kBFloat16).requires_grad_(true);
+                         Tensor grad = randn({8, 1024, kModel}, gpu()).to(kBFloat16);
+                         return Workload{[block, x, grad]() mutable {
+                                           block->zero_grad();
+                                           x.mutable_grad() = Tensor();
+                                           block->forward(x).backward(grad);
+                                         },
+                                         static_cast<double>(kTokens)};
                        }));
   return c;
 }

@@ -1,7 +1,8 @@
 """PyTorch side of `bench --device cuda` cases that torch_gpu_anchors.py does not cover, on the
 same GPU and with the same shapes as tools/bench/cuda_cases.cpp: add of 2^28 float32, softmax and
 layer norm of 8192 x 8192 bf16, matmul f32 4096 (TF32 off), the MLP training step at batch 128,
-batch norm training forward + backward of [32, 64, 56, 56] float32 channels_last.
+batch norm training forward + backward of [32, 64, 56, 56] float32 channels_last, GPT-2 small's
+MLP block (768-3072-768, tanh GELU) in bf16 forward + backward over 8 x 1024 tokens.
 Timed with CUDA events, median of 20 after warm-up. One JSON line per case.
 
     python3 tools/bench/torch_cuda_extra.py
@@ -66,3 +67,16 @@ wb, bb = torch.ones(64, device=dev, requires_grad=True), torch.zeros(64, device=
 rm, rv = torch.zeros(64, device=dev), torch.ones(64, device=dev)
 s = timed(lambda: F.batch_norm(xb, rm, rv, wb, bb, training=True).backward(gb))
 emit("batch_norm_train_f32_cl", images_per_s=round(32 / s))
+block = nn.Sequential(nn.Linear(768, 3072), nn.GELU(approximate="tanh"), nn.Linear(3072, 768)).to(dev, torch.bfloat16)
+xm = torch.randn(8, 1024, 768, device=dev, dtype=torch.bfloat16, requires_grad=True)
+gm = torch.randn(8, 1024, 768, device=dev, dtype=torch.bfloat16)
+
+
+def block_step():
+    block.zero_grad(set_to_none=True)
+    xm.grad = None
+    block(xm).backward(gm)
+
+
+s = timed(block_step)
+emit("mlp_block_bf16", tokens_per_s=round(8 * 1024 / s))

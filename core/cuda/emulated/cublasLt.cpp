@@ -9,6 +9,9 @@
  *    approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GELU_AUX stores the GELU
  *    input (after the bias) to the aux matrix; BGRADA / BGRADB store the sums of op(A) over k
  *    (one per row of D) / of op(B) over k (one per column of D) to the bias pointer;
+ *  - DGELU multiplies the product by the tanh-GELU's derivative at the aux matrix (the GELU
+ *    input GELU_AUX stored in forward); DGELU_BGRAD also stores the sums of that result over
+ *    D's columns (one per row of D: the gradient of the forward's bias) to the bias pointer;
  *  - the accumulator lives in the workspace when the heuristic's algorithm asked for one (it
  *    asks when the preference's MAX_WORKSPACE_BYTES allows), else in a temporary allocation.
  * Rejected as cuBLASLt rejects them: a null handle (CUBLAS_STATUS_NOT_INITIALIZED); null
@@ -18,7 +21,7 @@
  * than the algorithm's (CUBLAS_STATUS_INVALID_VALUE); a type combination outside the table, a
  * bias or aux type the epilogue does not take (CUBLAS_STATUS_NOT_SUPPORTED, and no algorithm
  * from the heuristic). Emulator limits, also CUBLAS_STATUS_NOT_SUPPORTED: row-major order and
- * the bit-mask (RELU_AUX, DRELU) and DGELU epilogues, which Loom does not use.
+ * the bit-mask epilogues (RELU_AUX, DRELU), whose mask format cuBLASLt does not document.
  *
  * INT8 (IMMA): A and B CUDA_R_8I with CUBLAS_COMPUTE_32I(_PEDANTIC), and either C/D CUDA_R_32I
  * with scale type CUDA_R_32I (D = alpha * sum + beta * C, exact in int32, wrapping as the
@@ -35,6 +38,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "core/cuda/emulated/device_memory.h"
 #include "core/cuda/emulated/element_io.h"
@@ -89,6 +93,9 @@ bool has_bgrad(uint32_t e) { return e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLAS
 bool has_gelu(uint32_t e) { return (e & CUBLASLT_EPILOGUE_GELU) != 0; }
 bool has_relu(uint32_t e) { return (e & CUBLASLT_EPILOGUE_RELU) != 0; }
 bool has_aux(uint32_t e) { return (e & 128) != 0; }
+bool has_dgelu(uint32_t e) { return (e & 64) != 0; }
+// DRELU_BGRAD / DGELU_BGRAD: the bias gradient of the result, after the activation's derivative.
+bool has_dbgrad(uint32_t e) { return (e & 16) != 0; }
 
 bool implemented_epilogue(uint32_t e) {
   switch (e) {
@@ -100,6 +107,8 @@ bool implemented_epilogue(uint32_t e) {
     case CUBLASLT_EPILOGUE_GELU_AUX:
     case CUBLASLT_EPILOGUE_GELU_BIAS:
     case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+    case CUBLASLT_EPILOGUE_DGELU:
+    case CUBLASLT_EPILOGUE_DGELU_BGRAD:
     case CUBLASLT_EPILOGUE_BGRADA:
     case CUBLASLT_EPILOGUE_BGRADB:
       return true;
@@ -178,7 +187,7 @@ cublasStatus_t check_problem(const cublasLtMatmulDescOpaque_t* desc, const cubla
   }
   if (!implemented_epilogue(e)) return CUBLAS_STATUS_NOT_SUPPORTED;
   const int32_t d_type = static_cast<int32_t>(d->type);
-  if (has_bias(e) || has_bgrad(e)) {
+  if (has_bias(e) || has_bgrad(e) || has_dbgrad(e)) {
     if (desc->bias == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
     if (!vector_type_ok(effective(desc->bias_type, d_type), d_type)) return CUBLAS_STATUS_NOT_SUPPORTED;
   }
@@ -267,6 +276,17 @@ double gelu_tanh(double x, bool f64) {
   if (f64) return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
   const float xf = static_cast<float>(x);
   return 0.5f * xf * (1.0f + std::tanh(0.7978845608028654f * (xf + 0.044715f * xf * xf * xf)));
+}
+
+// d/dx of gelu_tanh: with u = s (x + c x^3) and t = tanh(u), 0.5 (1 + t) + 0.5 x (1 - t^2) s (1 + 3 c x^2).
+double gelu_tanh_derivative(double x, bool f64) {
+  if (f64) {
+    const double s = std::sqrt(2.0 / M_PI), c = 0.044715, t = std::tanh(s * (x + c * x * x * x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * s * (1.0 + 3.0 * c * x * x);
+  }
+  const float xf = static_cast<float>(x), s = 0.7978845608028654f, c = 0.044715f;
+  const float t = std::tanh(s * (xf + c * xf * xf * xf));
+  return 0.5f * (1.0f + t) + 0.5f * xf * (1.0f - t * t) * s * (1.0f + 3.0f * c * xf * xf);
 }
 
 }  // namespace
@@ -480,10 +500,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
 
   if (s == CUBLAS_STATUS_SUCCESS) {
     const auto bias_type = static_cast<cudaDataType>(effective(desc->bias_type, static_cast<int32_t>(d_type)));
-    const int64_t bias_len = e == CUBLASLT_EPILOGUE_BGRADB ? p.n : p.m;
+    const int64_t bias_len = e == CUBLASLT_EPILOGUE_BGRADB ? p.n : p.m;  // DGELU_BGRAD: D's rows
     check_device("D", D, matrix_extent(Ddesc), d_type);
     if (beta_v != 0) check_device("C", C, matrix_extent(Cdesc), static_cast<cudaDataType>(Cdesc->type));
-    if (has_bias(e) || has_bgrad(e))
+    if (has_bias(e) || has_bgrad(e) || has_dbgrad(e))
       check_device("the bias vector", desc->bias, (p.batch - 1) * desc->bias_batch_stride + bias_len, bias_type);
     if (has_aux(e))
       check_device("the aux matrix", desc->aux, (p.batch - 1) * desc->aux_batch_stride + (p.n - 1) * desc->aux_ld + p.m,
@@ -496,7 +516,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
 
     loom_emu::DeviceAccess access;  // device memory is readable only while device work runs
     auto round = [&](double v) { return f64 ? v : static_cast<double>(static_cast<float>(v)); };
+    std::vector<double> row_sums;  // DGELU_BGRAD's bias gradient, per row of D
     for (int b = 0; b < p.batch; ++b) {
+      row_sums.assign(has_dbgrad(e) ? static_cast<size_t>(p.m) : 0, 0.0);
       const int64_t acc_off = b * p.m * p.n, d_off = b * Ddesc->batch_stride, c_off = b * Cdesc->batch_stride;
       for (int64_t j = 0; j < p.n; ++j) {
         for (int64_t i = 0; i < p.m; ++i) {
@@ -504,12 +526,21 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
           if (beta_v != 0)
             v = round(v + beta_v * load(static_cast<cudaDataType>(Cdesc->type), C, c_off + i + j * Cdesc->ld));
           if (has_bias(e)) v = round(v + load(bias_type, desc->bias, b * desc->bias_batch_stride + i));
-          if (has_aux(e)) store(d_type, desc->aux, b * desc->aux_batch_stride + i + j * desc->aux_ld, v);
+          const int64_t aux_at = b * desc->aux_batch_stride + i + j * desc->aux_ld;
+          if (has_dgelu(e)) {  // aux is the forward's GELU input, read
+            v = round(v * gelu_tanh_derivative(load(d_type, desc->aux, aux_at), f64));
+            if (has_dbgrad(e)) row_sums[static_cast<size_t>(i)] = round(row_sums[static_cast<size_t>(i)] + v);
+          } else if (has_aux(e)) {  // GELU_AUX: aux gets the GELU input, written
+            store(d_type, desc->aux, aux_at, v);
+          }
           if (has_relu(e)) v = v > 0 ? v : 0.0;
           if (has_gelu(e)) v = gelu_tanh(v, f64);
           store(d_type, D, d_off + i + j * Ddesc->ld, v);
         }
       }
+      if (has_dbgrad(e))
+        for (int64_t i = 0; i < p.m; ++i)
+          store(bias_type, desc->bias, b * desc->bias_batch_stride + i, row_sums[static_cast<size_t>(i)]);
       if (has_bgrad(e)) {
         // The sums over k of op(A)'s rows (BGRADA) or op(B)'s columns (BGRADB).
         const bool from_a = e == CUBLASLT_EPILOGUE_BGRADA;
