@@ -75,6 +75,12 @@ __global__ void barrier_kernel(int* flag) {
   if (threadIdx.x == 0) *flag = 1;
 }
 
+__global__ void stack_address_kernel(unsigned long long* address) {
+  volatile int local = static_cast<int>(threadIdx.x);
+  __syncthreads();  // every thread of the block has its local: each is on a stack of its own
+  if (threadIdx.x == 1) *address = reinterpret_cast<unsigned long long>(&local);
+}
+
 }  // namespace
 
 cudaError_t block_sum(const float* in, float* out, int n, int blocks, int threads, Breakage breakage) {
@@ -107,5 +113,7 @@ cudaError_t configured_launch(dim3 grid, dim3 block, size_t shared_bytes, bool o
 cudaError_t barrier_in_independent_kernel(int* flag) {
   return launch<barrier_kernel>({1, 64, 0, nullptr, BlockThreads::kIndependent}, flag);
 }
+
+cudaError_t stack_address(unsigned long long* address) { return launch<stack_address_kernel>({1, 64}, address); }
 
 }  // namespace loom::cuda::testing

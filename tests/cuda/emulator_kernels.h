@@ -42,4 +42,8 @@ cudaError_t configured_launch(dim3 grid, dim3 block, size_t shared_bytes, bool o
 // Writes 1 to *flag from a kernel that calls __syncthreads but is launched as independent.
 cudaError_t barrier_in_independent_kernel(int* flag);
 
+// *address = the address of a local variable of thread 1 of a 64-thread block that calls
+// __syncthreads: in the emulated build, a place on that thread's fiber stack.
+cudaError_t stack_address(unsigned long long* address);
+
 }  // namespace loom::cuda::testing
