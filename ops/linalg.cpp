@@ -164,20 +164,25 @@ void check_activation(Activation activation, std::string_view op) {
       op, ": unknown activation ", static_cast<int64_t>(activation));
 }
 
-void check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::string_view op) {
-  check_operands(x, weight, op);
-  LOOM_CHECK(x.dim() >= 1, op, ": expected an input with at least 1 dim, got shape ", x.sizes());
+// A weight [out, in] and an optional bias [out] for inputs with x's dtype, device and in features.
+void check_linear_parameters(const Tensor& x, int64_t in, const Tensor& weight, const Tensor& bias,
+                             std::string_view op) {
   LOOM_CHECK(weight.dim() == 2, op, ": expected a 2-D weight [out, in], got shape ", weight.sizes());
-  const int64_t in = weight.size(1), out_features = weight.size(0);
-  LOOM_CHECK(x.size(-1) == in, op, ": input shape ", x.sizes(), " does not match weight shape ", weight.sizes(),
-             " (", x.size(-1), " input features vs ", in, ")");
+  LOOM_CHECK(in == weight.size(1), op, ": input shape ", x.sizes(), " does not match weight shape ",
+             weight.sizes(), " (", in, " input features vs ", weight.size(1), ")");
   if (bias.defined()) {
     check_same_device(x, bias, op);
-    LOOM_CHECK(bias.dim() == 1 && bias.size(0) == out_features, op, ": expected a bias of shape [",
-               out_features, "] for weight shape ", weight.sizes(), ", got ", bias.sizes());
+    LOOM_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), op, ": expected a bias of shape [",
+               weight.size(0), "] for weight shape ", weight.sizes(), ", got ", bias.sizes());
     LOOM_CHECK(bias.dtype() == x.dtype(), op, ": bias dtype ", bias.dtype(), " differs from input dtype ",
                x.dtype());
   }
+}
+
+void check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::string_view op) {
+  check_operands(x, weight, op);
+  LOOM_CHECK(x.dim() >= 1, op, ": expected an input with at least 1 dim, got shape ", x.sizes());
+  check_linear_parameters(x, x.size(-1), weight, bias, op);
 }
 
 // weight [out, in] as the [1, in, out] right operand W^T, read in place.
@@ -262,13 +267,16 @@ std::tuple<Tensor, Tensor, Tensor> linear_activation_linear_forward(const Tensor
                                                                     const Tensor& bias2,
                                                                     Activation activation) {
   LOOM_AUTOCAST_LOWER(linear_activation_linear_forward, x, weight1, bias1, weight2, bias2, activation);
+  // Everything is checked before the first product runs: the second linear's input is the
+  // hidden layer, with x's dtype and device and weight1.size(0) features.
   check_linear(x, weight1, bias1, "linear_activation_linear (first linear)");
   check_defined(weight2, "linear_activation_linear", "second weight");
-  check_same_device(x, weight2, "linear_activation_linear");
+  check_operands(x, weight2, "linear_activation_linear (second linear)");
   LOOM_CHECK(weight2.dim() == 2 && weight2.size(1) == weight1.size(0),
              "linear_activation_linear: the second weight must be [out, ", weight1.size(0),
              "] to take the first linear's ", weight1.size(0), " features (first weight ", weight1.sizes(),
              "), got ", weight2.sizes());
+  check_linear_parameters(x, weight1.size(0), weight2, bias2, "linear_activation_linear (second linear)");
   check_activation(activation, "linear_activation_linear");
   if (should_record(x, weight1, bias1, weight2, bias2)) {
     std::tuple<Tensor, Tensor, Tensor> r;
@@ -285,9 +293,7 @@ std::tuple<Tensor, Tensor, Tensor> linear_activation_linear_forward(const Tensor
                                            LinearActivationAttrs{activation});
     return r;
   }
-  // The second linear's checks (dtype, bias) name it; the shapes were checked above.
   auto [hidden, pre] = linear_activation_forward(x, weight1, bias1, activation);
-  check_linear(hidden, weight2, bias2, "linear_activation_linear (second linear)");
   return {linear(hidden, weight2, bias2), hidden, pre};
 }
 

@@ -299,6 +299,14 @@ TEST_CASE(
   CHECK_THROWS_WITH_AS(
       linear_activation_linear(x, w1, b1, w2, grid({4}, kFloat32, 1), Activation::Relu),
       doctest::Contains("linear_activation_linear (second linear): expected a bias of shape [5]"), Error);
+  CHECK_THROWS_WITH_AS(
+      linear_activation_linear(x, w1, b1, grid({5, 8}, kFloat64, 1), b2, Activation::Relu),
+      doctest::Contains(
+          "linear_activation_linear (second linear): expected both operands to have the same dtype"),
+      Error);
+  CHECK_THROWS_WITH_AS(
+      linear_activation_linear(x, w1, b1, w2, grid({5}, kFloat64, 1), Activation::Relu),
+      doctest::Contains("linear_activation_linear (second linear): bias dtype float64 differs"), Error);
 }
 
 TEST_CASE("linear_input_grad_activation: (grad W2) * activation'(pre) and its column sums against float64") {
