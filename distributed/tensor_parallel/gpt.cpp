@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "distributed/tensor_parallel/regions.h"
+#include "nn/layers/activation.h"
 #include "nn/layers/transformer_block.h"
 #include "ops/ops.h"
 
@@ -40,6 +41,7 @@ TensorParallelBlock::TensorParallelBlock(const nn::TransformerBlock& full, int64
                                          std::shared_ptr<ProcessGroup> group)
     : ln1(full.ln1.normalized_shape(), full.ln1.eps()),
       ln2(full.ln2.normalized_shape(), full.ln2.eps()),
+      gelu_approximate_(full.mlp.at<nn::GELU>(1).approximate()),
       group_(std::move(group)) {
   const int t = group_->size();
   const int64_t d = full.attn.qkv.weight.size(1);
@@ -78,7 +80,7 @@ Tensor TensorParallelBlock::forward(const Tensor& x) {
   Tensor att = q.bmm(k.transpose(1, 2)).add(mask).softmax(-1);
   Tensor y = att.bmm(v).reshape({b, h, t, hd}).transpose(1, 2).reshape({b, t, c});
   Tensor h1 = x + (*attn_proj)(y);
-  return h1 + (*mlp_proj)((*fc)(ln2(h1)).gelu());
+  return h1 + (*mlp_proj)((*fc)(ln2(h1)).gelu(gelu_approximate_));
 }
 
 TensorParallelGPT::TensorParallelGPT(const nn::GPT& full, std::shared_ptr<ProcessGroup> group)

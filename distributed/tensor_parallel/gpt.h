@@ -21,6 +21,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "distributed/process_group.h"
@@ -47,6 +48,7 @@ class TensorParallelBlock : public nn::Module {
 
  private:
   int64_t local_heads_, head_dim_;
+  std::string gelu_approximate_;  // the full block's GELU ("none" or "tanh")
   std::shared_ptr<ProcessGroup> group_;
 };
 

@@ -18,12 +18,13 @@ int64_t checked_hidden(int64_t d_model, int64_t mlp_ratio) {
 }  // namespace
 
 TransformerBlock::TransformerBlock(int64_t d_model, int64_t n_heads, int64_t max_context, double dropout,
-                                   int64_t mlp_ratio)
+                                   int64_t mlp_ratio, const std::string& gelu_approximate)
     // attn is built first (declared first): its constructor validates the shared arguments.
     : attn(d_model, n_heads, max_context, dropout),
       ln1(d_model),
       ln2(d_model),
-      mlp(std::make_shared<Linear>(d_model, checked_hidden(d_model, mlp_ratio)), std::make_shared<GELU>(),
+      mlp(std::make_shared<Linear>(d_model, checked_hidden(d_model, mlp_ratio)),
+          std::make_shared<GELU>(gelu_approximate),
           std::make_shared<Linear>(checked_hidden(d_model, mlp_ratio), d_model)),
       dropout_(dropout) {
   register_module("ln1", ln1);

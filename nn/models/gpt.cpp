@@ -28,6 +28,8 @@ const GPTConfig& checked(const GPTConfig& c) {
   LOOM_CHECK(c.d_model % c.n_heads == 0, "GPT: d_model (", c.d_model, ") must be divisible by n_heads (",
              c.n_heads, ")");
   LOOM_CHECK(c.dropout >= 0.0 && c.dropout < 1.0, "GPT: expected dropout in [0, 1), got ", c.dropout);
+  LOOM_CHECK(c.gelu_approximate == "none" || c.gelu_approximate == "tanh",
+             "GPT: expected gelu_approximate 'none' or 'tanh', got '", c.gelu_approximate, "'");
   return c;
 }
 
@@ -112,7 +114,8 @@ GPT::GPT(GPTConfig config)
   register_module("drop", drop);
   for (int64_t i = 0; i < config.n_layers; ++i) {
     blocks.push_back(std::make_shared<TransformerBlock>(config.d_model, config.n_heads, config.context,
-                                                        config.dropout));
+                                                        config.dropout, /*mlp_ratio=*/4,
+                                                        config.gelu_approximate));
   }
   register_module("blocks", blocks);
   register_module("ln", ln);

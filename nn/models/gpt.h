@@ -44,6 +44,9 @@ struct GPTConfig {
   int64_t d_model = 128;    // divisible by n_heads
   double dropout = 0.0;     // after the embeddings and inside every block
   bool tie_weights = true;  // head.weight is tok.weight
+  // The MLPs' GELU: "none" (erf, nanoGPT's nn.GELU()) or "tanh" (GPT-2's "gelu_new", and what
+  // lets CUDA fuse each MLP's backward into cuBLASLt's DGELU_BGRAD epilogue).
+  std::string gelu_approximate = "none";
 };
 
 // x W^T with a weight owned by another module — the tied output projection of GPT. It

@@ -25,6 +25,14 @@ int64_t positive(const json& spec, const char* field) {
   return v.get<int64_t>();
 }
 
+// An optional string field of the architecture (files written before it existed lack it).
+std::string optional_string(const json& spec, const char* field, const std::string& fallback) {
+  if (!spec.contains(field)) return fallback;
+  const json& v = spec.at(field);
+  LOOM_CHECK(v.is_string(), "model architecture: field '", field, "' must be a string, got ", v.dump());
+  return v.get<std::string>();
+}
+
 }  // namespace
 
 std::string architecture_json(const Module& model) {
@@ -53,9 +61,10 @@ std::string architecture_json(const Module& model) {
   }
   if (const auto* gpt = dynamic_cast<const GPT*>(&model)) {
     const GPTConfig& c = gpt->config();
-    return json{{"model", "gpt"},         {"vocab_size", c.vocab_size}, {"context", c.context},
-                {"n_layers", c.n_layers}, {"n_heads", c.n_heads},       {"d_model", c.d_model},
-                {"dropout", c.dropout},   {"tie_weights", c.tie_weights}}
+    return json{
+        {"model", "gpt"},         {"vocab_size", c.vocab_size},   {"context", c.context},
+        {"n_layers", c.n_layers}, {"n_heads", c.n_heads},         {"d_model", c.d_model},
+        {"dropout", c.dropout},   {"tie_weights", c.tie_weights}, {"gelu_approximate", c.gelu_approximate}}
         .dump();
   }
   throw Error("architecture_json: " + model.type_name() +
@@ -88,13 +97,15 @@ std::shared_ptr<Module> make_model(const std::string& architecture) {
                                                  .blocks_per_stage = positive(spec, "blocks_per_stage"),
                                                  .base_width = positive(spec, "base_width")});
   if (name == "gpt")
-    return std::make_shared<GPT>(GPTConfig{.vocab_size = positive(spec, "vocab_size"),
-                                           .context = positive(spec, "context"),
-                                           .n_layers = positive(spec, "n_layers"),
-                                           .n_heads = positive(spec, "n_heads"),
-                                           .d_model = positive(spec, "d_model"),
-                                           .dropout = spec.value("dropout", 0.0),
-                                           .tie_weights = spec.value("tie_weights", true)});
+    return std::make_shared<GPT>(
+        GPTConfig{.vocab_size = positive(spec, "vocab_size"),
+                  .context = positive(spec, "context"),
+                  .n_layers = positive(spec, "n_layers"),
+                  .n_heads = positive(spec, "n_heads"),
+                  .d_model = positive(spec, "d_model"),
+                  .dropout = spec.value("dropout", 0.0),
+                  .tie_weights = spec.value("tie_weights", true),
+                  .gelu_approximate = optional_string(spec, "gelu_approximate", "none")});
   throw Error("model architecture: unknown model '" + name + "' (expected mlp, cnn, resnet or gpt)");
 }
 

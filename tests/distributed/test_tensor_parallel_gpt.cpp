@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include "autograd/autograd.h"
+#include "core/grad_mode.h"
 #include "core/random.h"
 #include "distributed/tensor_parallel/gpt.h"
 #include "nn/loss.h"
@@ -76,6 +77,26 @@ TEST_CASE("tensor-parallel GPT: loss, gradients and three SGD steps equal the si
     a.backward();
     b.backward();
   }
+}
+
+TEST_CASE("tensor-parallel GPT: a GPT with GPT-2's tanh GELU keeps it") {
+  const nn::GPTConfig config{
+      .vocab_size = 12, .context = 8, .n_layers = 1, .n_heads = 4, .d_model = 16, .gelu_approximate = "tanh"};
+  manual_seed(22);
+  nn::GPT full(config);
+  auto& ref = full.blocks.at<nn::TransformerBlock>(0);
+  {
+    // Hidden units of ~2 rather than the initialisation's ~0.1: where the two GELUs differ (by
+    // ~1e-3 at |x| ~ 2), so that the erf GELU in the split block would move its output by ~1e-3.
+    NoGradGuard no_grad;
+    ref.mlp.at<nn::Linear>(0).weight.mul_(25.0);
+    ref.mlp.at<nn::Linear>(2).weight.mul_(10.0);
+  }
+  TensorParallelGPT tp(full, world());
+  Generator g(5);
+  const Tensor x = randn({2, 8, config.d_model}, {}, &g);
+  NoGradGuard no_grad;
+  CHECK(max_diff(tp.blocks.at<TensorParallelBlock>(0).forward(x), ref.forward(x)) < 1e-5);
 }
 
 TEST_CASE("tensor-parallel GPT: degrees that do not divide the heads or the vocabulary are named") {

@@ -399,6 +399,44 @@ TEST_CASE("GPT rejects token ids of the wrong dtype, rank or length, and bad con
   CHECK_THROWS_AS(gpt.generate(zeros({1, 0}, kInt64), 3), Error);
 }
 
+TEST_CASE("GPT's gelu_approximate: GPT-2's tanh GELU in every block's MLP, kept by its model file") {
+  nn::GPTConfig config{.vocab_size = 11, .context = 6, .n_layers = 2, .n_heads = 2, .d_model = 8};
+  nn::GPT exact(config);
+  config.gelu_approximate = "tanh";
+  nn::GPT tanh_gpt(config);
+  fill(exact);
+  fill(tanh_gpt);
+  const Tensor h = randn({2, 3, 8});
+  for (int64_t i = 0; i < 2; ++i) {
+    auto& block = tanh_gpt.blocks.at<nn::TransformerBlock>(i);
+    CHECK(block.mlp.at<nn::GELU>(1).approximate() == "tanh");
+    CHECK(exact.blocks.at<nn::TransformerBlock>(i).mlp.at<nn::GELU>(1).approximate() == "none");
+    const auto& fc = block.mlp.at<nn::Linear>(0);
+    const auto& proj = block.mlp.at<nn::Linear>(2);
+    check_close(block.mlp(h),
+                values(linear(linear(h, fc.weight, fc.bias).gelu("tanh"), proj.weight, proj.bias)),
+                {1e-6, 1e-6});
+  }
+  // Same weights, other GELU: the logits move (by ~1e-3 here), so the option reaches the model.
+  const Tensor idx = tensor<int64_t>({1, 5, 3, 10, 0, 2}, {1, 6});
+  CHECK(max(abs(tanh_gpt.forward(idx) - exact.forward(idx))).item<double>() > 1e-5);
+
+  auto rebuilt = std::dynamic_pointer_cast<nn::GPT>(nn::make_model(nn::architecture_json(tanh_gpt)));
+  REQUIRE(rebuilt != nullptr);
+  CHECK(rebuilt->config().gelu_approximate == "tanh");
+  // Files written before the field existed describe the erf GELU.
+  const std::string old_file =
+      R"({"model": "gpt", "vocab_size": 11, "context": 6, "n_layers": 1, "n_heads": 2, "d_model": 8})";
+  CHECK(std::dynamic_pointer_cast<nn::GPT>(nn::make_model(old_file))->config().gelu_approximate == "none");
+  std::string bad = old_file;
+  bad.insert(bad.size() - 1, R"(, "gelu_approximate": 1)");
+  CHECK_THROWS_WITH_AS(nn::make_model(bad),
+                       doctest::Contains("field 'gelu_approximate' must be a string, got 1"), Error);
+  CHECK_THROWS_WITH_AS(nn::GPT({.gelu_approximate = "fast"}),
+                       doctest::Contains("GPT: expected gelu_approximate 'none' or 'tanh', got 'fast'"),
+                       Error);
+}
+
 // ---- GPT generation -------------------------------------------------------------------------
 
 TEST_CASE("GPT::generate is deterministic for a seed, keeps the prompt and crops to the context") {

@@ -18,13 +18,16 @@
 #include "core/error.h"
 #include "core/random.h"
 #include "data/dataset_writer.h"
-#include "nn/models/model_file.h"
+#include "nn/models/gpt.h"
 #include "nn/models/mlp.h"
+#include "nn/models/model_file.h"
 #include "nn/serialize/checkpoint.h"
 #include "ops/ops.h"
-#include "tools/train/options.h"
-#include "tools/train/trainer.h"
 #include "tests/tools/train_options_test_util.h"
+#include "tools/train/model_setup.h"
+#include "tools/train/options.h"
+#include "tools/train/run_data.h"
+#include "tools/train/trainer.h"
 
 namespace loom::test {
 namespace {
@@ -168,6 +171,22 @@ TEST_CASE("train options: bad values are errors that name the flag") {
   CHECK(parse_error({"--data", "x.h5", "--out", "r", "--model", "gpt", "--d-model", "30", "--heads", "4"})
             .find("divisible") != std::string::npos);
   CHECK(parse_error({"--data", "x.h5", "--out", "r"}).empty());
+  CHECK(parse_error({"--data", "x.h5", "--out", "r", "--model", "gpt", "--gelu", "fast"}).find("--gelu") !=
+        std::string::npos);
+  CHECK(parse_error({"--data", "x.h5", "--out", "r", "--gelu", "tanh"})
+            .find("--gelu: only --model gpt has GELU layers (the mlp has none)") != std::string::npos);
+}
+
+TEST_CASE("train options: --gelu tanh builds GPT-2's GELU, and config.json keeps it only when set") {
+  TrainOptions o = parse({"--data", "x.h5", "--out", "r", "--model", "gpt", "--gelu", "tanh"});
+  CHECK(o.gelu == "tanh");
+  CHECK(train::to_json(o).at("gelu") == "tanh");
+  CHECK_FALSE(train::to_json(parse({"--data", "x.h5", "--out", "r", "--model", "gpt"})).contains("gelu"));
+  train::Data data;
+  data.vocab = 11;
+  auto gpt = std::dynamic_pointer_cast<nn::GPT>(train::make_model(o, data));
+  REQUIRE(gpt != nullptr);
+  CHECK(gpt->config().gelu_approximate == "tanh");
 }
 
 // (--tp, --pp, --microbatches, --pipeline-schedule, --zero: tests/tools/test_train_options_parallel.cpp)

@@ -16,16 +16,27 @@
  *                            linear_activation_linear (DGELU_BGRAD in backward)
  *   cuda_batch_norm_train_f32_cl  batch norm training forward + backward of [32, 64, 56, 56]
  *                            float32 channels_last (cuDNN's batch norm), images/s
+ *   cuda_gpt2_small_train_b8, _b32  the anchor's GPT-2 small training step (12 layers, 12 heads,
+ *                            d 768, context 1024, vocab 50304, tied head, tanh GELU): forward under
+ *                            bf16 autocast, float32 cross entropy, fused AdamW(3e-4); tokens/s =
+ *                            B * 1024 / t, against PyTorch eager with scaled_dot_product_attention
+ *                            (gpt2_small_eager_sdpa_b8, _b32). Per token, nanoGPT's estimate of
+ *                            the work is 6 * 124,475,904 + 12 * 12 * 1024 * 768 = 8.60e8 FLOP, so
+ *                            MFU = tokens/s * 8.60e8 / 989e12 on an H100.
  * Every workload ends with cuda::synchronize(), so a timed call covers the kernels it queued.
  */
 #include <memory>
+#include <string>
 
+#include "core/autocast.h"
 #include "core/cuda.h"
 #include "nn/layers/activation.h"
 #include "nn/layers/containers.h"
 #include "nn/layers/linear.h"
 #include "nn/loss.h"
+#include "nn/models/gpt.h"
 #include "nn/models/mlp.h"
+#include "nn/optim/adam.h"
 #include "nn/optim/sgd.h"
 #include "ops/ops.h"
 #include "tools/bench/bench.h"
@@ -52,6 +63,35 @@ BenchCase gpu_case(std::string name, std::string metric, std::string unit, doubl
               });
   c.device = "cuda";
   return c;
+}
+
+// torch_gpu_anchors.py's gpt2 case, step for step: zero_grad (to none), forward under bf16
+// autocast, cross entropy on float32 logits, backward, fused AdamW step.
+Workload gpt2_small_train(int64_t batch) {
+  const nn::GPTConfig config{.vocab_size = 50304,
+                             .context = 1024,
+                             .n_layers = 12,
+                             .n_heads = 12,
+                             .d_model = 768,
+                             .gelu_approximate = "tanh"};
+  auto model = std::make_shared<nn::GPT>(config);
+  model->to(gpu());
+  auto optimizer = std::make_shared<nn::AdamW>(model->parameters(), nn::AdamWOptions{.lr = 3e-4});
+  Tensor tokens = randint(0, config.vocab_size, {batch, config.context + 1}).to(gpu());
+  Tensor input = tokens.slice(1, 0, config.context).contiguous(), target = tokens.slice(1, 1).contiguous();
+  return Workload{[model, optimizer, input, target, vocab = config.vocab_size] {
+                    optimizer->zero_grad();
+                    Tensor logits;
+                    {
+                      AutocastGuard autocast(DeviceType::CUDA, kBFloat16);
+                      logits = model->forward(input);
+                    }
+                    nn::functional::cross_entropy(logits.reshape({-1, vocab}).to(kFloat32),
+                                                  target.reshape({-1}))
+                        .backward();
+                    optimizer->step();
+                  },
+                  static_cast<double>(batch * config.context)};
 }
 
 }  // namespace
@@ -134,6 +174,14 @@ std::vector<BenchCase> cuda_cases() {
                                          },
                                          static_cast<double>(kTokens)};
                        }));
+  for (int64_t batch : {8, 32}) {
+    c.push_back(
+        gpu_case("cuda_gpt2_small_train_b" + std::to_string(batch), "tokens_per_s", "tokens/s", 1,
+                 "GPT-2 small training step (124M parameters, context 1024, tanh GELU), bf16 autocast, "
+                 "fused AdamW, batch " +
+                     std::to_string(batch),
+                 [batch] { return gpt2_small_train(batch); }));
+  }
   return c;
 }
 

@@ -35,6 +35,7 @@ TrainOptions run_options(const std::string& dir, const TrainOptions& options, js
   o.layers = config.value("layers", o.layers);
   o.heads = config.value("heads", o.heads);
   o.d_model = config.value("d-model", o.d_model);
+  o.gelu = config.value("gelu", std::string("none"));
   return o;
 }
 
@@ -88,7 +89,8 @@ void run_generation(const TrainOptions& options, std::ostream& out) {
                                 .context = o.context,
                                 .n_layers = o.layers,
                                 .n_heads = o.heads,
-                                .d_model = o.d_model});
+                                .d_model = o.d_model,
+                                .gelu_approximate = o.gelu});
     load_latest_weights(model, dir, config);
     model.eval();
     std::vector<int64_t> ids = encode_prompt(options.prompt, vocab);

@@ -26,7 +26,8 @@ std::shared_ptr<nn::Module> make_model(const TrainOptions& o, const Data& d) {
                                                      .n_layers = o.layers,
                                                      .n_heads = o.heads,
                                                      .d_model = o.d_model,
-                                                     .dropout = o.dropout});
+                                                     .dropout = o.dropout,
+                                                     .gelu_approximate = o.gelu});
     case ModelKind::kMlp: {
       std::vector<int64_t> sizes{d.channels * d.height * d.width};
       for (int64_t h : parse_hidden(o.hidden)) sizes.push_back(h);

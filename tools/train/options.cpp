@@ -34,6 +34,7 @@ constexpr std::array<std::string_view, 2> kDeviceWords{"cpu", "cuda"};
 constexpr std::array<std::string_view, 2> kCheckpointErrorWords{"stop", "continue"};
 constexpr std::array<std::string_view, 4> kPipelineScheduleWords{"gpipe", "1f1b", "interleaved", "zb-h1"};
 constexpr std::array<std::string_view, 2> kTextWindowsWords{"blocks", "random"};
+constexpr std::array<std::string_view, 2> kGeluWords{"none", "tanh"};
 
 template <size_t N>
 CLI::IsMember one_of(const std::array<std::string_view, N>& words) {
@@ -168,6 +169,10 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
   app.add_option("--context", o.context, "gpt: tokens per training window")->check(CLI::PositiveNumber);
   app.add_option("--dropout", o.dropout, "gpt: dropout probability after the embeddings and in every block")
       ->check(CLI::Range(0.0, 0.95));
+  app.add_option("--gelu", o.gelu,
+                 "gpt: the MLPs' GELU, none (erf, as nanoGPT) or tanh (GPT-2's; on CUDA its backward runs in "
+                 "cuBLASLt's DGELU_BGRAD epilogue)")
+      ->check(one_of(kGeluWords));
   app.add_option("--windows", windows,
                  "gpt: blocks (an epoch is every context-long block once, each window at a random offset in "
                  "its block and the next) or random (nanoGPT's: every window starts anywhere in the text)")
@@ -443,6 +448,7 @@ void validate_parallelism(const TrainOptions& o) {
   }
   if (o.dropout > 0 && !gpt)
     fail("--dropout: only --model gpt has dropout layers (the " + model + " has none)");
+  if (o.gelu != "none" && !gpt) fail("--gelu: only --model gpt has GELU layers (the " + model + " has none)");
   if (o.tp > 1 || o.pp > 1) {
     const std::string flags = o.pp > 1 ? (o.tp > 1 ? "--tp/--pp" : "--pp") : "--tp";
     if (o.dropout > 0)
@@ -511,6 +517,7 @@ nlohmann::json to_json(const TrainOptions& o) {
   if (o.continue_on_checkpoint_error) j["on-checkpoint-error"] = "continue";
   if (o.loader_timeout != 0) j["loader-timeout"] = o.loader_timeout;
   if (o.dropout != 0) j["dropout"] = o.dropout;
+  if (o.gelu != "none") j["gelu"] = o.gelu;  // only when set, as dropout: older run directories match
   j["threads"] = o.threads;
   j["trace"] = o.trace;
   // Written only when set, so that the config.json of a single-process run keeps the keys it had

@@ -44,6 +44,7 @@ struct TrainOptions {
   int64_t d_model = 128;           // gpt
   int64_t context = 64;            // gpt: tokens per training window
   double dropout = 0.0;            // gpt: after the embeddings and inside every block
+  std::string gelu = "none";       // gpt: the MLPs' GELU, "none" (erf, nanoGPT) or "tanh" (GPT-2)
   TextWindows windows = TextWindows::kBlocks;  // gpt: how training windows are cut from the text
   int64_t windows_per_epoch = 0;   // gpt, --windows random: 0 is the blocks' count (tokens / context)
   // Data.
