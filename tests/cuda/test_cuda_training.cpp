@@ -71,6 +71,16 @@ std::string tiny_images(const fs::path& dir) {
   return path;
 }
 
+// Each parameter's gradient on the GPU copy against the CPU one's (same names, same order).
+void check_same_gradients(const nn::Module& gpu, const nn::Module& cpu, test::Tol tol) {
+  auto cpu_params = cpu.named_parameters(), gpu_params = gpu.named_parameters();
+  REQUIRE(cpu_params.size() == gpu_params.size());
+  for (size_t i = 0; i < cpu_params.size(); ++i) {
+    CAPTURE(cpu_params[i].first);
+    test::check_close(gpu_params[i].second.grad().to(kCPU), test::values(cpu_params[i].second.grad()), tol);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("training: the MLP on a Fashion-MNIST subset follows the CPU's loss curve on CUDA") {
@@ -181,13 +191,7 @@ TEST_CASE("training: CausalSelfAttention on CUDA (fused attention) matches the C
   out_cpu.mul(weights).sum().backward();
   out_gpu.mul(weights.to(Device::cuda())).sum().backward();
   test::check_close(x_gpu.grad().to(kCPU), test::values(x_cpu.grad()), kCudaTol);
-  auto cpu_params = cpu.named_parameters(), gpu_params = gpu.named_parameters();
-  REQUIRE(cpu_params.size() == gpu_params.size());
-  for (size_t i = 0; i < cpu_params.size(); ++i) {
-    CAPTURE(cpu_params[i].first);
-    test::check_close(gpu_params[i].second.grad().to(kCPU), test::values(cpu_params[i].second.grad()),
-                      kCudaTol);
-  }
+  check_same_gradients(gpu, cpu, kCudaTol);
 }
 
 TEST_CASE("training: Sequential fuses Linear + ReLU / tanh GELU (+ Linear) on CUDA, as the CPU computes") {
@@ -209,11 +213,7 @@ TEST_CASE("training: Sequential fuses Linear + ReLU / tanh GELU (+ Linear) on CU
   Tensor weights = randn({5, 6});
   out_cpu.mul(weights).sum().backward();
   out_gpu.mul(weights.to(Device::cuda())).sum().backward();
-  auto cpu_params = cpu->named_parameters(), gpu_params = gpu->named_parameters();
-  for (size_t i = 0; i < cpu_params.size(); ++i) {
-    CAPTURE(cpu_params[i].first);
-    test::check_close(gpu_params[i].second.grad().to(kCPU), test::values(cpu_params[i].second.grad()), kCudaTol);
-  }
+  check_same_gradients(*gpu, *cpu, kCudaTol);
   // Linear + ReLU: one linear_activation node, where the CPU has the activation's node. It stays
   // a pair in front of Linear + tanh GELU + Linear, which is one linear_activation_linear node
   // (the last Linear is followed by an erf GELU, which it cannot fuse with).
@@ -255,13 +255,7 @@ TEST_CASE("training: a GPT with the tanh GELU fuses each MLP on CUDA and matches
   nn::functional::cross_entropy(logits_cpu.reshape({-1, 17}), target.reshape({-1})).backward();
   nn::functional::cross_entropy(logits_gpu.reshape({-1, 17}), target.to(Device::cuda()).reshape({-1}))
       .backward();
-  auto cpu_params = cpu.named_parameters(), gpu_params = gpu.named_parameters();
-  REQUIRE(cpu_params.size() == gpu_params.size());
-  for (size_t i = 0; i < cpu_params.size(); ++i) {
-    CAPTURE(cpu_params[i].first);
-    test::check_close(gpu_params[i].second.grad().to(kCPU), test::values(cpu_params[i].second.grad()),
-                      kCudaTol);
-  }
+  check_same_gradients(gpu, cpu, kCudaTol);
 }
 
 TEST_CASE("training: train --device cuda runs where CUDA is, and refuses clearly where it is not") {
