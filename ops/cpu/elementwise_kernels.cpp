@@ -6,9 +6,10 @@
  * Inside a run the scalar functor of elementwise_functors.h is applied by loops the compiler
  * vectorises (unit stride, scalar operand, strided).
  * Transcendental ops on float and double use Eigen's vectorised array functions (exp, log,
- * log1p, sin, cos, tanh, erf) on contiguous runs; strided inputs are gathered into a block
- * first. Half and BFloat16 operands are converted to float blocks (hardware conversions for
- * Half), computed in float and rounded back. Large outputs that no input shares are written
+ * log1p, sin, cos, tanh, erf) on contiguous runs, in the copy compiled for the CPU's vector
+ * instructions (array_kernels.h); strided inputs are gathered into a block first. Half and
+ * BFloat16 operands are converted to float blocks (hardware conversions for Half), computed in
+ * float and rounded back. Large outputs that no input shares are written
  * with streaming stores through an L1 block (write_out, elementwise_apply.h).
  */
 #include <algorithm>
@@ -21,18 +22,7 @@
 #include <limits>
 #include <type_traits>
 
-// GCC 12 reports the `__m512i __Y = __Y;` idiom of its own AVX-512 intrinsics, inlined into
-// Eigen's sin/cos, as uninitialised (a false positive in system headers).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <Eigen/Core>
-#include <unsupported/Eigen/SpecialFunctions>
-#pragma GCC diagnostic pop
-
-#if defined(__AVX512F__) || defined(__AVX2__)
-#include <immintrin.h>
-#endif
-
+#include "ops/cpu/array_kernels.h"
 #include "ops/cpu/block_conversion.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/elementwise_apply.h"
@@ -114,98 +104,17 @@ void unary_typed(const Tensor& out, const Tensor& in, const F& f, int64_t grain 
   });
 }
 
-// ---- unary: vectorised block functions (float and double) -----------------------------------
-// Each V::run(x, y, n) computes y[i] = op(x[i]) for i < n; x and y may be the same array.
+// ---- unary: vectorised array functions (float and double) -----------------------------------
+// The functions of array_kernels.h: Eigen's packet math, in the copy compiled for the CPU's ISA.
 template <class M>
-using ArrayMap = Eigen::Map<Eigen::Array<M, Eigen::Dynamic, 1>>;
-template <class M>
-using ConstArrayMap = Eigen::Map<const Eigen::Array<M, Eigen::Dynamic, 1>>;
+using UnaryArrayKernel = typename ArrayKernels<M>::Unary ArrayKernels<M>::*;
 
-#define LOOM_EIGEN_BLOCK_OP(Name, expression)                        \
-  struct Name {                                                      \
-    template <class M>                                               \
-    static void run(const M* xp, M* yp, int64_t n) {                 \
-      ConstArrayMap<M> x(xp, static_cast<Eigen::Index>(n));          \
-      ArrayMap<M> y(yp, static_cast<Eigen::Index>(n));               \
-      y = expression;                                                \
-    }                                                                \
-  };
-
-// Eigen's AVX2 exp clamps its input, so exp(-inf) would come out as 2.9e-39: results below the
-// smallest normal number are flushed to 0 instead (as its AVX-512 path does).
-LOOM_EIGEN_BLOCK_OP(ExpBlock, (x < M(std::is_same_v<M, float> ? -87.33654 : -708.39641)).select(M(0), x.exp()))
-LOOM_EIGEN_BLOCK_OP(LogBlock, x.log())
-LOOM_EIGEN_BLOCK_OP(Log1pBlock, x.log1p())
-LOOM_EIGEN_BLOCK_OP(SinBlock, x.sin())
-LOOM_EIGEN_BLOCK_OP(CosBlock, x.cos())
-// tanh that is exactly +-1 where the correctly rounded value is (|u| > 9.1 in float, 19.1 in
-// double): Eigen's rational approximation stops short of 1 in some builds (SSE2), and the GELU's
-// 1 + tanh(u) would then be 6e-8 instead of 0, making gelu(-inf) -inf instead of NaN (PyTorch's).
-template <class Derived>
-auto saturating_tanh(const Eigen::ArrayBase<Derived>& u) {
-  using M = typename Derived::Scalar;
-  const M edge = std::is_same_v<M, float> ? M(9.1) : M(19.1);
-  return (u.abs() > edge).select(u.sign(), u.tanh());
-}
-
-LOOM_EIGEN_BLOCK_OP(TanhBlock, saturating_tanh(x))
-// Eigen's logistic() for float is a coarse approximation (8e-4 relative error in the tail);
-// 1 / (1 + exp(-x)) with its exp is within 3e-7.
-LOOM_EIGEN_BLOCK_OP(SigmoidBlock, (M(1) + (-x).exp()).inverse())
-LOOM_EIGEN_BLOCK_OP(SiluBlock, x / (M(1) + (-x).exp()))
-LOOM_EIGEN_BLOCK_OP(GeluBlock, M(0.5) * x * (M(1) + (x * M(0.70710678118654752440)).erf()))
-LOOM_EIGEN_BLOCK_OP(GeluTanhBlock,
-                    M(0.5) * x *
-                        (M(1) + saturating_tanh(M(0.79788456080286535588) * (x + M(0.044715) * x.cube()))))
-#undef LOOM_EIGEN_BLOCK_OP
-
-// Correctly rounded square roots (Eigen's fast-math sqrt loses 1-2 bits): the hardware
-// instruction on AVX-512/AVX2, otherwise std::sqrt (which GCC does not vectorise because of errno).
-template <bool kReciprocal>
-struct SqrtBlockImpl {
-  template <class M>
-  static void run(const M* x, M* y, int64_t n) {
-    int64_t i = 0;
-#if defined(__AVX512F__)
-    if constexpr (std::is_same_v<M, float>) {
-      const __m512 one = _mm512_set1_ps(1.0f);
-      for (; i + 16 <= n; i += 16) {
-        __m512 r = _mm512_sqrt_ps(_mm512_loadu_ps(x + i));
-        _mm512_storeu_ps(y + i, kReciprocal ? _mm512_div_ps(one, r) : r);
-      }
-    } else {
-      const __m512d one = _mm512_set1_pd(1.0);
-      for (; i + 8 <= n; i += 8) {
-        __m512d r = _mm512_sqrt_pd(_mm512_loadu_pd(x + i));
-        _mm512_storeu_pd(y + i, kReciprocal ? _mm512_div_pd(one, r) : r);
-      }
-    }
-#elif defined(__AVX2__)
-    if constexpr (std::is_same_v<M, float>) {
-      const __m256 one = _mm256_set1_ps(1.0f);
-      for (; i + 8 <= n; i += 8) {
-        __m256 r = _mm256_sqrt_ps(_mm256_loadu_ps(x + i));
-        _mm256_storeu_ps(y + i, kReciprocal ? _mm256_div_ps(one, r) : r);
-      }
-    } else {
-      const __m256d one = _mm256_set1_pd(1.0);
-      for (; i + 4 <= n; i += 4) {
-        __m256d r = _mm256_sqrt_pd(_mm256_loadu_pd(x + i));
-        _mm256_storeu_pd(y + i, kReciprocal ? _mm256_div_pd(one, r) : r);
-      }
-    }
-#endif
-    for (; i < n; ++i) y[i] = kReciprocal ? M(1) / std::sqrt(x[i]) : std::sqrt(x[i]);
-  }
-};
-using SqrtBlock = SqrtBlockImpl<false>;
-using RsqrtBlock = SqrtBlockImpl<true>;
-
-// out[i] = V(in[i]) for a floating T (out and in both T). Contiguous float/double runs call V
-// in place of the output; other runs gather blocks into an opmath buffer.
-template <class V, class T>
-void unary_block_typed(const Tensor& out, const Tensor& in) {
+// out[i] = kernel(in[i]) for a floating T (out and in both T). Contiguous float/double runs call
+// the kernel in place of the output; other runs gather blocks into an opmath buffer.
+template <class T>
+void unary_array_typed(const Tensor& out, const Tensor& in, UnaryArrayKernel<opmath_t<T>> kernel) {
   using M = opmath_t<T>;
+  const auto run = array_kernels<M>().*kernel;
   const bool stream = should_stream(out, {&in});
   apply<2>({&out, &in}, kHeavyGrain, [&](char* const* p, const int64_t* s, int64_t n) {
     T* o = reinterpret_cast<T*>(p[0]);
@@ -213,7 +122,7 @@ void unary_block_typed(const Tensor& out, const Tensor& in) {
     constexpr int64_t s1 = sizeof(T);
     if constexpr (std::is_same_v<T, M>) {
       if (s[0] == s1 && s[1] == s1) {
-        write_out(o, n, stream, [&](T* d, int64_t i, int64_t len) { V::run(x + i, d, len); });
+        write_out(o, n, stream, [&](T* d, int64_t i, int64_t len) { run(x + i, d, len); });
         return;
       }
     }
@@ -226,67 +135,50 @@ void unary_block_typed(const Tensor& out, const Tensor& in) {
       T* oi = o + i * so;
       if constexpr (kIsReducedFloat<T>) {
         widen_block(xi, sx, buf, len);
-        V::run(buf, buf, len);
+        run(buf, buf, len);
         narrow_block(buf, oi, so, len);
       } else {
         for (int64_t j = 0; j < len; ++j) buf[j] = xi[j * sx];
-        V::run(buf, buf, len);
+        run(buf, buf, len);
         for (int64_t j = 0; j < len; ++j) oi[j * so] = buf[j];
       }
     }
   });
 }
 
-template <class V>
-void floating_unary(const Tensor& out, const Tensor& in, std::string_view op) {
-  visit_floating_dtype(out.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    unary_block_typed<V, T>(out, in);
-  });
-}
-
-void exp_kernel(const Tensor& out, const Tensor& in) { floating_unary<ExpBlock>(out, in, "exp"); }
-void log_kernel(const Tensor& out, const Tensor& in) { floating_unary<LogBlock>(out, in, "log"); }
-void log1p_kernel(const Tensor& out, const Tensor& in) { floating_unary<Log1pBlock>(out, in, "log1p"); }
-void sqrt_kernel(const Tensor& out, const Tensor& in) { floating_unary<SqrtBlock>(out, in, "sqrt"); }
-void rsqrt_kernel(const Tensor& out, const Tensor& in) { floating_unary<RsqrtBlock>(out, in, "rsqrt"); }
-void sin_kernel(const Tensor& out, const Tensor& in) { floating_unary<SinBlock>(out, in, "sin"); }
-void cos_kernel(const Tensor& out, const Tensor& in) { floating_unary<CosBlock>(out, in, "cos"); }
-void tanh_kernel(const Tensor& out, const Tensor& in) { floating_unary<TanhBlock>(out, in, "tanh"); }
-void sigmoid_kernel(const Tensor& out, const Tensor& in) { floating_unary<SigmoidBlock>(out, in, "sigmoid"); }
-void silu_kernel(const Tensor& out, const Tensor& in) { floating_unary<SiluBlock>(out, in, "silu"); }
+// The member pointer names the same function in the float and the double table.
+#define LOOM_FLOATING_UNARY(name)                                      \
+  void name##_kernel(const Tensor& out, const Tensor& in) {            \
+    visit_floating_dtype(out.dtype(), #name, [&](auto tag) {           \
+      using T = typename decltype(tag)::type;                          \
+      unary_array_typed<T>(out, in, &ArrayKernels<opmath_t<T>>::name); \
+    });                                                                \
+  }
+LOOM_FLOATING_UNARY(exp)
+LOOM_FLOATING_UNARY(log)
+LOOM_FLOATING_UNARY(log1p)
+LOOM_FLOATING_UNARY(sqrt)
+LOOM_FLOATING_UNARY(rsqrt)
+LOOM_FLOATING_UNARY(sin)
+LOOM_FLOATING_UNARY(cos)
+LOOM_FLOATING_UNARY(tanh)
+LOOM_FLOATING_UNARY(sigmoid)
+LOOM_FLOATING_UNARY(silu)
+#undef LOOM_FLOATING_UNARY
 
 void gelu_kernel(const Tensor& out, const Tensor& in, bool tanh_approximation) {
-  if (tanh_approximation) {
-    floating_unary<GeluTanhBlock>(out, in, "gelu");
-  } else {
-    floating_unary<GeluBlock>(out, in, "gelu");
-  }
-}
-
-// gelu'(x) times the incoming gradient, in one pass over Eigen arrays.
-//   erf form:  Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
-//   tanh form: 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2), t = tanh(k (x + a x^3))
-template <class M>
-void gelu_backward_block(const M* gp, const M* xp, M* outp, int64_t n, bool tanh_approximation) {
-  const auto len = static_cast<Eigen::Index>(n);
-  ConstArrayMap<M> g(gp, len), x(xp, len);
-  ArrayMap<M> out(outp, len);
-  if (tanh_approximation) {
-    const M k = M(0.79788456080286535588), a = M(0.044715);
-    auto t = saturating_tanh(k * (x + a * x.cube()));
-    out = g * (M(0.5) * (M(1) + t) + M(0.5) * x * (M(1) - t.square()) * k * (M(1) + M(3) * a * x.square()));
-  } else {
-    const M inv_sqrt_2pi = M(0.39894228040143267794);
-    out = g * (M(0.5) * (M(1) + (x * M(0.70710678118654752440)).erf()) +
-               x * inv_sqrt_2pi * (M(-0.5) * x.square()).exp());
-  }
+  visit_floating_dtype(out.dtype(), "gelu", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using M = opmath_t<T>;
+    unary_array_typed<T>(out, in, tanh_approximation ? &ArrayKernels<M>::gelu_tanh : &ArrayKernels<M>::gelu);
+  });
 }
 
 void gelu_backward_kernel(const Tensor& out, const Tensor& grad, const Tensor& x, bool tanh_approximation) {
   visit_floating_dtype(out.dtype(), "gelu_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
+    const auto gelu_backward = array_kernels<M>().gelu_backward;
     apply<3>({&out, &grad, &x}, kHeavyGrain, [&](char* const* p, const int64_t* s, int64_t n) {
       T* o = reinterpret_cast<T*>(p[0]);
       const T* g = reinterpret_cast<const T*>(p[1]);
@@ -294,7 +186,7 @@ void gelu_backward_kernel(const Tensor& out, const Tensor& grad, const Tensor& x
       constexpr int64_t s1 = sizeof(T);
       if constexpr (std::is_same_v<T, M>) {
         if (s[0] == s1 && s[1] == s1 && s[2] == s1) {
-          gelu_backward_block(g, xs, o, n, tanh_approximation);
+          gelu_backward(g, xs, o, n, tanh_approximation);
           return;
         }
       }
@@ -308,7 +200,7 @@ void gelu_backward_kernel(const Tensor& out, const Tensor& grad, const Tensor& x
           gb[j] = static_cast<M>(g[(i + j) * sg]);
           xb[j] = static_cast<M>(xs[(i + j) * sx]);
         }
-        gelu_backward_block(gb, xb, gb, len, tanh_approximation);
+        gelu_backward(gb, xb, gb, len, tanh_approximation);
         for (int64_t j = 0; j < len; ++j) o[(i + j) * so] = static_cast<T>(gb[j]);
       }
     });
@@ -473,8 +365,8 @@ void pow_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
         if (e == M(1)) return unary_typed<T, T>(out, a, [](M x) { return x; });
         if (e == M(-1)) return unary_typed<T, T>(out, a, [](M x) { return M(1) / x; });
         if (e == M(-2)) return unary_typed<T, T>(out, a, [](M x) { return M(1) / (x * x); });
-        if (e == M(0.5)) return unary_block_typed<SqrtBlock, T>(out, a);
-        if (e == M(-0.5)) return unary_block_typed<RsqrtBlock, T>(out, a);
+        if (e == M(0.5)) return unary_array_typed<T>(out, a, &ArrayKernels<M>::sqrt);
+        if (e == M(-0.5)) return unary_array_typed<T>(out, a, &ArrayKernels<M>::rsqrt);
       }
     }
     if constexpr (!std::is_same_v<T, bool>) binary_typed<T, T>(out, a, b, fn::Pow{});

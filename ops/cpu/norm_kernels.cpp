@@ -8,7 +8,8 @@
  * values is reduced with Eigen (all vector lanes); runs are added up in double.
  *  - batch_norm: x [N, C, S] contiguous, parallel over channels, vectorised over S; or x
  *    channels_last (ops/memory_format.h), [M, C] rows: sums over chunks of rows, vectorised over C.
- *  - layer_norm: x [M, D] contiguous; parallel over rows, vectorised over D.
+ *  - layer_norm: x [M, D] contiguous; parallel over rows, vectorised over D (its row loops are
+ *    array_kernels.h's, compiled for the CPU's vector instructions).
  * Stats, weight and bias are float32 (float64 when x is float64): the ops layer converts
  * weight and bias to that type, so 16-bit inputs can have float32 parameters.
  */
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "ops/cpu/array_kernels.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/eigen_arrays.h"
 #include "ops/cpu/parallel_grain.h"
@@ -199,26 +201,13 @@ void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd
     A* rstd_p = static_cast<A*>(rstd.data_ptr());
     const A* w = ptr_or_null<A>(weight);
     const A* b = ptr_or_null<A>(bias);
+    const auto normalize_row = array_kernels<A>().layer_norm_row;
     parallel_for(0, rows, grain_for(d), [&](int64_t begin, int64_t end) {
       std::vector<A> in_buf, out_buf;
       for (int64_t r = begin; r < end; ++r) {
-        ConstArrayMap<A> xr(load<A>(xp + r * d, d, in_buf), d);
-        const A mu = xr.sum() / static_cast<A>(d);
-        const A var = (xr - mu).square().sum() / static_cast<A>(d);
-        const A rs = A(1) / std::sqrt(var + static_cast<A>(eps));
-        mean_p[r] = mu;
-        rstd_p[r] = rs;
         A* o = scratch<A>(op + r * d, d, out_buf);
-        ArrayMap<A> yr(o, d);
-        if (w && b) {
-          yr = (xr - mu) * rs * ConstArrayMap<A>(w, d) + ConstArrayMap<A>(b, d);
-        } else if (w) {
-          yr = (xr - mu) * rs * ConstArrayMap<A>(w, d);
-        } else if (b) {
-          yr = (xr - mu) * rs + ConstArrayMap<A>(b, d);
-        } else {
-          yr = (xr - mu) * rs;
-        }
+        normalize_row(load<A>(xp + r * d, d, in_buf), o, w, b, d, static_cast<A>(eps), mean_p + r,
+                      rstd_p + r);
         store(op + r * d, o, d);
       }
     });
@@ -243,6 +232,9 @@ void layer_norm_backward_kernel(const Tensor& grad_input, const Tensor& grad_wei
     const A* rstd_p = static_cast<const A*>(rstd.data_ptr());
     const A* w = ptr_or_null<A>(weight);
     const bool want_params = grad_weight.defined() || grad_bias.defined();
+    const ArrayKernels<A>& kernels = array_kernels<A>();
+    const auto backward_row = kernels.layer_norm_backward_row;
+    const auto parameter_sums = kernels.layer_norm_parameter_sums;
 
     // Rows split into one task per thread (when there is enough work), each with its own
     // partial sums of grad_weight / grad_bias in double, added up in order afterwards. The
@@ -272,34 +264,16 @@ void layer_norm_backward_kernel(const Tensor& grad_input, const Tensor& grad_wei
               widen_block(gyp + r * d, 1, gy_group.data() + k * d, d);
               gy_rows[k] = gy_group.data() + k * d;
             }
-            ConstArrayMap<A> xr(load<A>(xp + r * d, d, x_buf), d), gyr(gy_rows[k], d);
-            ArrayMap<A> xhat(xhat_group.data() + k * d, d);
-            const A rs = rstd_p[r];
-            xhat = (xr - mean_p[r]) * rs;
             A* o = scratch<A>(gxp + r * d, d, out_buf);
-            ArrayMap<A> gxr(o, d);
-            if (w) {
-              ConstArrayMap<A> wr(w, d);
-              const A a = (gyr * wr).sum() / static_cast<A>(d);
-              const A bb = (gyr * wr * xhat).sum() / static_cast<A>(d);
-              gxr = rs * (gyr * wr - a - xhat * bb);
-            } else {
-              const A a = gyr.sum() / static_cast<A>(d);
-              const A bb = (gyr * xhat).sum() / static_cast<A>(d);
-              gxr = rs * (gyr - a - xhat * bb);
-            }
+            backward_row(load<A>(xp + r * d, d, x_buf), gy_rows[k], w, mean_p[r], rstd_p[r],
+                         xhat_group.data() + k * d, o, d);
             store(gxp + r * d, o, d);
           }
           if (!want_params) continue;
           for (int64_t j0 = 0; j0 < d; j0 += kColBlock) {
             const int64_t width = std::min(kColBlock, d - j0);
             A sw[kColBlock] = {}, sb[kColBlock] = {};
-            ArrayMap<A> sum_w(sw, width), sum_b(sb, width);
-            for (int64_t k = 0; k < group; ++k) {  // Eigen: GCC's unroll-and-jam would scalarise
-              ConstArrayMap<A> gy_k(gy_rows[k] + j0, width);
-              sum_w += gy_k * ConstArrayMap<A>(xhat_group.data() + k * d + j0, width);
-              sum_b += gy_k;
-            }
+            parameter_sums(gy_rows, xhat_group.data(), d, group, j0, width, sw, sb);
             double* __restrict pwp = pw.data() + j0;
             double* __restrict pbp = pb.data() + j0;
 #pragma omp simd

@@ -176,6 +176,27 @@ std::vector<BenchCase> op_cases() {
                    Tensor x = randn({4096, 4096});
                    return Workload{[x] { (void)softmax(x, -1); }, 2.0 * 4 * 4096 * 4096};
                  }});
+    // Eigen-based kernels (ops/cpu/array_kernels.h), the GELU and layer norm of a GPT block.
+    c.push_back({"gelu_tanh_f32_16M", "gbytes_per_s", "GB/s", 1e9,
+                 "y = gelu(x, tanh) and its backward gx = gelu_backward(g, x), 16M float32 (5 x 64 MiB)",
+                 [=] {
+                   Tensor x = randn({n16m}), g = randn({n16m});
+                   return Workload{[x, g] {
+                                     (void)gelu(x, "tanh");
+                                     (void)gelu_backward(g, x, "tanh");
+                                   },
+                                   5.0 * 4 * n16m};
+                 }});
+    c.push_back(
+        {"layer_norm_f32_8192x768", "gbytes_per_s", "GB/s", 1e9,
+         "layer_norm over rows of 768 with weight and bias, forward and backward (x, gy in; y, gx out)", [] {
+           Tensor x = randn({8192, 768}), gy = randn({8192, 768}), w = randn({768}), b = randn({768});
+           return Workload{[x, gy, w, b] {
+                             auto [y, mean, rstd] = layer_norm_forward(x, {768}, w, b, 1e-5);
+                             (void)layer_norm_backward(gy, x, {768}, mean, rstd, w);
+                           },
+                           5.0 * 4 * 8192 * 768};
+         }});
     for (int64_t dim : {1, 0})
       c.push_back({std::string("sum_f32_4096x4096_") + (dim == 1 ? "rows" : "cols"), "gbytes_per_s", "GB/s",
                    1e9, "sum of 4096 x 4096 float32 over dim " + std::to_string(dim), [dim] {

@@ -1,5 +1,6 @@
 """PyTorch side of the bench cases that ../shared/anchors/ does not cover: add_f32_16M,
 copy_f32_16M (torch's own copy_), softmax_f32_4096x4096, sum_f32_4096x4096_{rows,cols},
+gelu_tanh_f32_16M, layer_norm_f32_8192x768,
 {sgd,adamw}_step_f32_4M, batch_norm_train_f32_32x64x32x32{,_cl}, predict_cnn_{f32,int8}_b{256,1} and {mlp,cnn}_train_bf16, measured
 like the anchors.
 
@@ -28,6 +29,23 @@ emit(args, bench_name(), "softmax_f32_4096x4096", m, gbytes_per_s=round(2 * 4 * 
 for name, dim in (("sum_f32_4096x4096_rows", 1), ("sum_f32_4096x4096_cols", 0)):
     m = measure(lambda: torch.sum(x, dim), args)
     emit(args, bench_name(), name, m, gbytes_per_s=round(4 * 4096 * 4096 / m["sec"] / 1e9, 1))
+
+# gelu_tanh_f32_16M: the GELU forward and its backward kernel (torch.ops.aten.gelu_backward);
+# layer_norm_f32_8192x768: aten's layer norm forward and backward kernels, as tools/bench/cases.cpp.
+g = torch.randn(n)
+m = measure(lambda: (torch.nn.functional.gelu(a, approximate="tanh"),
+                     torch.ops.aten.gelu_backward(g, a, approximate="tanh")), args)
+emit(args, bench_name(), "gelu_tanh_f32_16M", m, gbytes_per_s=round(5 * 4 * n / m["sec"] / 1e9, 1))
+xl, gl, wl, bl = torch.randn(8192, 768), torch.randn(8192, 768), torch.randn(768), torch.randn(768)
+
+
+def layer_norm_step():
+    y, mean, rstd = torch.ops.aten.native_layer_norm(xl, [768], wl, bl, 1e-5)
+    torch.ops.aten.native_layer_norm_backward(gl, xl, [768], mean, rstd, wl, bl, [True, True, True])
+
+
+m = measure(layer_norm_step, args)
+emit(args, bench_name(), "layer_norm_f32_8192x768", m, gbytes_per_s=round(5 * 4 * 8192 * 768 / m["sec"] / 1e9, 1))
 
 # batch_norm_train_f32_32x64x32x32{,_cl}: batch norm training forward (running statistics
 # updated) and backward (input, weight and bias gradients), NCHW and channels_last, as
