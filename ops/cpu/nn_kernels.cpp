@@ -5,7 +5,7 @@
  * The softmax family sees a contiguous tensor as [outer, D, inner] around `dim`.
  *  - dim last (inner == 1): one row of D contiguous values at a time, parallel over rows:
  *    max (Eigen), then one fused vectorised loop that stores exp(x - max) and sums it (a
- *    polynomial exp for float, Eigen's for double), then a scale. The row stays in L1
+ *    polynomial exp for float, array_kernels.h's for double), then a scale. The row stays in L1
  *    between the passes, so memory sees one read of x and one write of out.
  *  - other dims: a block of up to kBlock inner columns at a time; the D rows of the block
  *    are walked three times (max, exp-sum, write) with unit stride over the columns.
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "ops/cpu/array_kernels.h"
 #include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/eigen_arrays.h"
 #include "ops/cpu/parallel_grain.h"
@@ -69,13 +70,13 @@ inline float exp_nonpositive(float x) {
   return x < -87.3f ? 0.0f : y;  // two selects, no branch: vectorises without AVX-512's masks
 }
 
-// Eigen's AVX2 exp clamps its argument, so exp(-inf) would come out as 2.9e-39 (float) or
-// 5.6e-309 (double) instead of 0: masked (-inf) logits must give exactly 0. Results below the
-// smallest normal number are flushed to 0.
-template <class E>
-auto exact_exp(const E& e) {
-  using S = typename E::Scalar;
-  return (e < S(std::is_same_v<S, float> ? -87.33654 : -708.39641)).select(S(0), e.exp());
+// exp over n contiguous values in place: array_kernels.h's, which flushes results below the
+// smallest normal number to 0, so that masked (-inf) logits give exactly 0 (Eigen's AVX2 exp
+// clamps its argument: 2.9e-39 for float, 5.6e-309 for double), and which stays vectorised
+// (an Eigen select() would not be).
+template <class A>
+void exp_in_place(A* x, int64_t n) {
+  array_kernels<A>().exp(x, x, n);
 }
 
 // out[i] = exp(x[i] - m); returns the sum. The loops take their operands as restrict
@@ -95,7 +96,8 @@ float exp_store_sum(float* out, const float* x, float m, int64_t n) {
 }
 double exp_store_sum(double* out, const double* x, double m, int64_t n) {
   ArrayMap<double> o(out, n);
-  o = exact_exp(ConstArrayMap<double>(x, n) - m);
+  o = ConstArrayMap<double>(x, n) - m;
+  exp_in_place(out, n);
   return o.sum();
 }
 
@@ -110,7 +112,17 @@ float exp_sum(const float* x, float m, int64_t n) {
   return with_vector_isa([=] { return exp_sum_loop(x, m, n); });
 }
 double exp_sum(const double* x, double m, int64_t n) {
-  return exact_exp(ConstArrayMap<double>(x, n) - m).sum();
+  constexpr int64_t kExpBlock = 256;
+  alignas(64) double e[kExpBlock];
+  double s = 0;
+  for (int64_t i = 0; i < n; i += kExpBlock) {
+    const int64_t len = std::min(kExpBlock, n - i);
+    ArrayMap<double> block(e, len);
+    block = ConstArrayMap<double>(x + i, len) - m;
+    exp_in_place(e, len);
+    s += block.sum();
+  }
+  return s;
 }
 
 // Per-thread row buffers of the blocked (non-last dim) loops.
@@ -170,8 +182,13 @@ void softmax_inner_dim(T* out, const T* x, const DimGeometry& g) {
     ArrayMap<A> mx(buf.max.data(), w), sum(buf.sum.data(), w);
     for (int64_t d = 0; d < g.size; ++d)
       mx = mx.max(ConstArrayMap<A>(load<A>(xb + d * g.inner, w, buf.in), w));
-    for (int64_t d = 0; d < g.size; ++d)
-      sum += exact_exp(ConstArrayMap<A>(load<A>(xb + d * g.inner, w, buf.in), w) - mx);
+    buf.in2.resize(static_cast<size_t>(w));
+    ArrayMap<A> e(buf.in2.data(), w);
+    for (int64_t d = 0; d < g.size; ++d) {
+      e = ConstArrayMap<A>(load<A>(xb + d * g.inner, w, buf.in), w) - mx;
+      exp_in_place(e.data(), w);
+      sum += e;
+    }
     if constexpr (kLog) {
       sum = mx + sum.log();  // log-sum-exp per column
     } else {
@@ -184,7 +201,9 @@ void softmax_inner_dim(T* out, const T* x, const DimGeometry& g) {
       if constexpr (kLog) {
         yr = xr - sum;
       } else {
-        yr = exact_exp(xr - mx) * sum;
+        yr = xr - mx;
+        exp_in_place(o_row, w);
+        yr *= sum;
       }
       store(ob + d * g.inner, o_row, w);
     }
@@ -223,7 +242,9 @@ void softmax_backward_last_dim(T* gx, const T* gy, const T* y, int64_t rows, int
       ArrayMap<A> gxr(o, n);
       if constexpr (kLog) {
         const A s = gyr.sum();
-        gxr = gyr - exact_exp(yr) * s;
+        gxr = yr;
+        exp_in_place(o, n);
+        gxr = gyr - gxr * s;
       } else {
         const A s = (gyr * yr).sum();
         gxr = yr * (gyr - s);
@@ -253,7 +274,9 @@ void softmax_backward_inner_dim(T* gx, const T* gy, const T* y, const DimGeometr
       A* o_row = scratch<A>(gx + base + d * g.inner, w, buf.out);
       ArrayMap<A> gxr(o_row, w);
       if constexpr (kLog) {
-        gxr = gyr - exact_exp(yr) * sum;
+        gxr = yr;
+        exp_in_place(o_row, w);
+        gxr = gyr - gxr * sum;
       } else {
         gxr = yr * (gyr - sum);
       }

@@ -176,6 +176,11 @@ std::vector<BenchCase> op_cases() {
                    Tensor x = randn({4096, 4096});
                    return Workload{[x] { (void)softmax(x, -1); }, 2.0 * 4 * 4096 * 4096};
                  }});
+    c.push_back({"softmax_f32_4096x4096_dim0", "gbytes_per_s", "GB/s", 1e9,
+                 "softmax over the first dim of 4096 x 4096 float32 (blocks of columns)", [] {
+                   Tensor x = randn({4096, 4096});
+                   return Workload{[x] { (void)softmax(x, 0); }, 2.0 * 4 * 4096 * 4096};
+                 }});
     // Eigen-based kernels (ops/cpu/array_kernels.h), the GELU and layer norm of a GPT block.
     c.push_back({"gelu_tanh_f32_16M", "gbytes_per_s", "GB/s", 1e9,
                  "y = gelu(x, tanh) and its backward gx = gelu_backward(g, x), 16M float32 (5 x 64 MiB)",

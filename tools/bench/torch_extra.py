@@ -1,5 +1,5 @@
 """PyTorch side of the bench cases that ../shared/anchors/ does not cover: add_f32_16M,
-copy_f32_16M (torch's own copy_), softmax_f32_4096x4096, sum_f32_4096x4096_{rows,cols},
+copy_f32_16M (torch's own copy_), softmax_f32_4096x4096{,_dim0}, sum_f32_4096x4096_{rows,cols},
 gelu_tanh_f32_16M, layer_norm_f32_8192x768,
 {sgd,adamw}_step_f32_4M, batch_norm_train_f32_32x64x32x32{,_cl}, predict_cnn_{f32,int8}_b{256,1} and {mlp,cnn}_train_bf16, measured
 like the anchors.
@@ -26,6 +26,8 @@ emit(args, bench_name(), "copy_f32_16M", m, gbytes_per_s=round(2 * 4 * n / m["se
 x = torch.randn(4096, 4096)
 m = measure(lambda: torch.softmax(x, -1), args)
 emit(args, bench_name(), "softmax_f32_4096x4096", m, gbytes_per_s=round(2 * 4 * 4096 * 4096 / m["sec"] / 1e9, 1))
+m = measure(lambda: torch.softmax(x, 0), args)
+emit(args, bench_name(), "softmax_f32_4096x4096_dim0", m, gbytes_per_s=round(2 * 4 * 4096 * 4096 / m["sec"] / 1e9, 1))
 for name, dim in (("sum_f32_4096x4096_rows", 1), ("sum_f32_4096x4096_cols", 0)):
     m = measure(lambda: torch.sum(x, dim), args)
     emit(args, bench_name(), name, m, gbytes_per_s=round(4 * 4096 * 4096 / m["sec"] / 1e9, 1))
