@@ -1,9 +1,9 @@
 /*
  * The Eigen-array loops of array_kernels.h, for one instruction set: the build's own
- * (LOOM_ARRAY_KERNELS_ISA unset: namespace `compiled`) or the one ops/CMakeLists.txt compiles this
- * file for a second time (namespace `avx2`). Everything here has internal linkage or lives in
- * that namespace, and the AVX2 copy renames Eigen's, so the linker never picks one copy's code
- * for the other.
+ * (LOOM_ARRAY_KERNELS_ISA unset: namespace `compiled`) or one that ops/CMakeLists.txt compiles
+ * this file for again (namespace `avx2` or `avx512`). Everything here has internal linkage or
+ * lives in that namespace, and each extra copy renames Eigen's, so the linker never picks one
+ * copy's code for another.
  */
 #include <cmath>
 #include <cstdint>

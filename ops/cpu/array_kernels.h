@@ -5,11 +5,11 @@
  * with_vector_isa (vector_isa.h) widens auto-vectorised loops at run time, but Eigen chooses its
  * packets (SSE2, AVX2, AVX-512) from the compiler's flags when a file is compiled, so in a
  * portable build these loops stayed SSE2 on an AVX2 CPU. array_kernels.cpp is therefore compiled
- * for the build's own target (namespace `compiled`) and, in portable builds, a second time with
- * -mavx2 -mfma (namespace `avx2`, with Eigen's namespace renamed so that no template of the two
- * copies can be merged by the linker). array_kernels<A>() hands out the table vector_isa()
- * chooses. The functions take raw, contiguous arrays; this header includes nothing of Loom or
- * Eigen so that the AVX2 copy shares no inline code with the rest of the library.
+ * for the build's own target (namespace `compiled`) and, in portable builds, twice more: with
+ * -mavx2 -mfma (namespace `avx2`) and with AVX-512 F/BW/VL/DQ (namespace `avx512`), each with
+ * Eigen's namespace renamed so that no template of two copies can be merged by the linker. array_kernels<A>()
+ * hands out the table vector_isa() chooses. The functions take raw, contiguous arrays; this header includes
+ * nothing of Loom or Eigen so that the AVX2 copy shares no inline code with the rest of the library.
  */
 #pragma once
 
@@ -41,7 +41,7 @@ struct ArrayKernels {
                                     int64_t j0, int64_t width, A* sum_w, A* sum_b);
 };
 
-// The table for vector_isa(): the AVX2 copy where a portable build runs on an AVX2 CPU.
+// The table for vector_isa(): in a portable build, the AVX2 or AVX-512 copy where the CPU has it.
 template <class A>
 const ArrayKernels<A>& array_kernels();
 
@@ -51,6 +51,10 @@ template <class A>
 const ArrayKernels<A>& array_kernels_table();
 }
 namespace avx2 {
+template <class A>
+const ArrayKernels<A>& array_kernels_table();
+}
+namespace avx512 {
 template <class A>
 const ArrayKernels<A>& array_kernels_table();
 }

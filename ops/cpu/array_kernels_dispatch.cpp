@@ -7,7 +7,9 @@ namespace loom::cpu {
 template <class A>
 const ArrayKernels<A>& array_kernels() {
 #ifdef LOOM_VECTOR_DISPATCH_ACTIVE
-  if (vector_isa() == VectorIsa::Avx2) return avx2::array_kernels_table<A>();
+  const VectorIsa isa = vector_isa();
+  if (isa == VectorIsa::Avx512) return avx512::array_kernels_table<A>();
+  if (isa == VectorIsa::Avx2) return avx2::array_kernels_table<A>();
 #endif
   return compiled::array_kernels_table<A>();
 }

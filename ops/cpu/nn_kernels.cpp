@@ -4,7 +4,7 @@
  *
  * The softmax family sees a contiguous tensor as [outer, D, inner] around `dim`.
  *  - dim last (inner == 1): one row of D contiguous values at a time, parallel over rows:
- *    max (Eigen), then one fused vectorised loop that stores exp(x - max) and sums it (a
+ *    max, then one fused vectorised loop that stores exp(x - max) and sums it (a
  *    polynomial exp for float, array_kernels.h's for double), then a scale. The row stays in L1
  *    between the passes, so memory sees one read of x and one write of out.
  *  - other dims: a block of up to kBlock inner columns at a time; the D rows of the block
@@ -26,6 +26,7 @@
 #include "ops/cpu/eigen_arrays.h"
 #include "ops/cpu/parallel_grain.h"
 #include "ops/cpu/row_buffers.h"
+#include "ops/cpu/softmax_loops.h"
 #include "ops/cpu/vector_isa.h"
 #include "ops/dim_geometry.h"
 #include "ops/dispatch.h"
@@ -33,6 +34,8 @@
 namespace loom::cpu {
 
 namespace {
+
+using namespace softmax_loops;
 
 // Inner columns handled together when softmax runs along a non-last dim: 1 KiB of floats per
 // row keeps the hardware prefetchers and the TLB effective (narrower blocks that would fit
@@ -95,10 +98,9 @@ float exp_store_sum(float* out, const float* x, float m, int64_t n) {
   return with_vector_isa([=] { return exp_store_sum_loop(out, x, m, n); });
 }
 double exp_store_sum(double* out, const double* x, double m, int64_t n) {
-  ArrayMap<double> o(out, n);
-  o = ConstArrayMap<double>(x, n) - m;
+  shifted_row(x, out, m, n);
   exp_in_place(out, n);
-  return o.sum();
+  return with_vector_isa([=] { return row_sum_loop(out, n); });
 }
 
 // sum(exp(x[i] - m))
@@ -117,10 +119,9 @@ double exp_sum(const double* x, double m, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; i += kExpBlock) {
     const int64_t len = std::min(kExpBlock, n - i);
-    ArrayMap<double> block(e, len);
-    block = ConstArrayMap<double>(x + i, len) - m;
+    shifted_row(x + i, e, m, len);
     exp_in_place(e, len);
-    s += block.sum();
+    s += with_vector_isa([&] { return row_sum_loop(e, len); });
   }
   return s;
 }
@@ -156,14 +157,12 @@ void softmax_last_dim(T* out, const T* x, int64_t rows, int64_t n) {
     std::vector<A> in_buf, out_buf;
     for (int64_t r = begin; r < end; ++r) {
       const A* xp = load<A>(x + r * n, n, in_buf);
-      ConstArrayMap<A> xr(xp, n);
       A* o = scratch<A>(out + r * n, n, out_buf);
-      ArrayMap<A> yr(o, n);
-      const A m = xr.maxCoeff();
+      const A m = row_max(xp, n);
       if constexpr (kLog) {
-        yr = xr - (m + std::log(exp_sum(xp, m, n)));
+        shifted_row(xp, o, m + std::log(exp_sum(xp, m, n)), n);
       } else {
-        yr *= A(1) / exp_store_sum(o, xp, m, n);
+        scale_row(o, A(1) / exp_store_sum(o, xp, m, n), n);
       }
       store(out + r * n, o, n);
     }
@@ -179,31 +178,36 @@ void softmax_inner_dim(T* out, const T* x, const DimGeometry& g) {
     T* ob = out + base;
     buf.max.assign(static_cast<size_t>(w), -std::numeric_limits<A>::infinity());
     buf.sum.assign(static_cast<size_t>(w), A(0));
-    ArrayMap<A> mx(buf.max.data(), w), sum(buf.sum.data(), w);
-    for (int64_t d = 0; d < g.size; ++d)
-      mx = mx.max(ConstArrayMap<A>(load<A>(xb + d * g.inner, w, buf.in), w));
     buf.in2.resize(static_cast<size_t>(w));
-    ArrayMap<A> e(buf.in2.data(), w);
+    A* mx = buf.max.data();
+    A* sum = buf.sum.data();
+    A* e = buf.in2.data();
     for (int64_t d = 0; d < g.size; ++d) {
-      e = ConstArrayMap<A>(load<A>(xb + d * g.inner, w, buf.in), w) - mx;
-      exp_in_place(e.data(), w);
-      sum += e;
+      const A* xr = load<A>(xb + d * g.inner, w, buf.in);
+      with_vector_isa([=] { max_into_loop(mx, xr, w); });
     }
+    for (int64_t d = 0; d < g.size; ++d) {
+      const A* xr = load<A>(xb + d * g.inner, w, buf.in);
+      with_vector_isa([=] { subtract_loop(xr, mx, e, w); });
+      exp_in_place(e, w);
+      with_vector_isa([=] { add_into_loop(sum, e, w); });
+    }
+    // Once per block: the log-sum-exp per column, or the reciprocal of the sum.
+    ArrayMap<A> sums(sum, w);
     if constexpr (kLog) {
-      sum = mx + sum.log();  // log-sum-exp per column
+      sums = ConstArrayMap<A>(mx, w) + sums.log();
     } else {
-      sum = sum.inverse();
+      sums = sums.inverse();
     }
     for (int64_t d = 0; d < g.size; ++d) {
-      ConstArrayMap<A> xr(load<A>(xb + d * g.inner, w, buf.in), w);
+      const A* xr = load<A>(xb + d * g.inner, w, buf.in);
       A* o_row = scratch<A>(ob + d * g.inner, w, buf.out);
-      ArrayMap<A> yr(o_row, w);
       if constexpr (kLog) {
-        yr = xr - sum;
+        with_vector_isa([=] { subtract_loop(xr, sum, o_row, w); });
       } else {
-        yr = xr - mx;
+        with_vector_isa([=] { subtract_loop(xr, mx, o_row, w); });
         exp_in_place(o_row, w);
-        yr *= sum;
+        with_vector_isa([=] { multiply_by_loop(o_row, sum, w); });
       }
       store(ob + d * g.inner, o_row, w);
     }
@@ -237,17 +241,14 @@ void softmax_backward_last_dim(T* gx, const T* gy, const T* y, int64_t rows, int
   parallel_for(0, rows, grain_for(n), [&](int64_t begin, int64_t end) {
     std::vector<A> gy_buf, y_buf, out_buf;
     for (int64_t r = begin; r < end; ++r) {
-      ConstArrayMap<A> gyr(load<A>(gy + r * n, n, gy_buf), n), yr(load<A>(y + r * n, n, y_buf), n);
+      const A* gyr = load<A>(gy + r * n, n, gy_buf);
+      const A* yr = load<A>(y + r * n, n, y_buf);
       A* o = scratch<A>(gx + r * n, n, out_buf);
-      ArrayMap<A> gxr(o, n);
       if constexpr (kLog) {
-        const A s = gyr.sum();
-        gxr = yr;
-        exp_in_place(o, n);
-        gxr = gyr - gxr * s;
+        array_kernels<A>().exp(yr, o, n);
+        with_vector_isa([=] { log_softmax_grad_row_loop(gyr, o, row_sum_loop(gyr, n), n); });
       } else {
-        const A s = (gyr * yr).sum();
-        gxr = yr * (gyr - s);
+        with_vector_isa([=] { softmax_grad_row_loop(gyr, yr, o, row_dot_loop(gyr, yr, n), n); });
       }
       store(gx + r * n, o, n);
     }
@@ -259,26 +260,25 @@ void softmax_backward_inner_dim(T* gx, const T* gy, const T* y, const DimGeometr
   using A = opmath_t<T>;
   for_each_column_block<A>(g, [&](BlockBuffers<A>& buf, int64_t base, int64_t w) {
     buf.sum.assign(static_cast<size_t>(w), A(0));
-    ArrayMap<A> sum(buf.sum.data(), w);
+    A* sum = buf.sum.data();
     for (int64_t d = 0; d < g.size; ++d) {
-      ConstArrayMap<A> gyr(load<A>(gy + base + d * g.inner, w, buf.in), w);
+      const A* gyr = load<A>(gy + base + d * g.inner, w, buf.in);
       if constexpr (kLog) {
-        sum += gyr;
+        with_vector_isa([=] { add_into_loop(sum, gyr, w); });
       } else {
-        sum += gyr * ConstArrayMap<A>(load<A>(y + base + d * g.inner, w, buf.in2), w);
+        const A* yr = load<A>(y + base + d * g.inner, w, buf.in2);
+        with_vector_isa([=] { add_products_loop(sum, gyr, yr, w); });
       }
     }
     for (int64_t d = 0; d < g.size; ++d) {
-      ConstArrayMap<A> gyr(load<A>(gy + base + d * g.inner, w, buf.in), w);
-      ConstArrayMap<A> yr(load<A>(y + base + d * g.inner, w, buf.in2), w);
+      const A* gyr = load<A>(gy + base + d * g.inner, w, buf.in);
+      const A* yr = load<A>(y + base + d * g.inner, w, buf.in2);
       A* o_row = scratch<A>(gx + base + d * g.inner, w, buf.out);
-      ArrayMap<A> gxr(o_row, w);
       if constexpr (kLog) {
-        gxr = yr;
-        exp_in_place(o_row, w);
-        gxr = gyr - gxr * sum;
+        array_kernels<A>().exp(yr, o_row, w);
+        with_vector_isa([=] { log_softmax_grad_columns_loop(gyr, sum, o_row, w); });
       } else {
-        gxr = yr * (gyr - sum);
+        with_vector_isa([=] { softmax_grad_columns_loop(gyr, yr, sum, o_row, w); });
       }
       store(gx + base + d * g.inner, o_row, w);
     }

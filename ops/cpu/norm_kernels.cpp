@@ -5,9 +5,10 @@
  *
  * Statistics are computed in two passes (mean, then the mean of squared deviations), which
  * is exact enough in float for large inputs, unlike E[x^2] - E[x]^2. Each contiguous run of
- * values is reduced with Eigen (all vector lanes); runs are added up in double.
+ * values is reduced in vector lanes; runs are added up in double.
  *  - batch_norm: x [N, C, S] contiguous, parallel over channels, vectorised over S; or x
  *    channels_last (ops/memory_format.h), [M, C] rows: sums over chunks of rows, vectorised over C.
+ *    Its loops are batch_norm_loops.h's, AVX2 code in portable builds on a CPU that has it.
  *  - layer_norm: x [M, D] contiguous; parallel over rows, vectorised over D (its row loops are
  *    array_kernels.h's, compiled for the CPU's vector instructions).
  * Stats, weight and bias are float32 (float64 when x is float64): the ops layer converts
@@ -20,8 +21,8 @@
 
 #include "core/parallel.h"
 #include "ops/cpu/array_kernels.h"
+#include "ops/cpu/batch_norm_loops.h"
 #include "ops/cpu/cpu_kernels.h"
-#include "ops/cpu/eigen_arrays.h"
 #include "ops/cpu/parallel_grain.h"
 #include "ops/cpu/row_buffers.h"
 #include "ops/dim_geometry.h"
@@ -30,6 +31,8 @@
 namespace loom::cpu {
 
 namespace {
+
+namespace loops = batch_norm_loops;
 
 template <class A>
 const A* ptr_or_null(const Tensor& t) {
@@ -103,14 +106,11 @@ void batch_norm_nchw(const Tensor& out, const Tensor& save_mean, const Tensor& s
         if (training) {
           double sum = 0;
           for (int64_t i = 0; i < n; ++i)
-            sum += static_cast<double>(
-                ConstArrayMap<A>(load<A>(xp + (i * channels + c) * s, s, in_buf), s).sum());
+            sum += loops::sum(load<A>(xp + (i * channels + c) * s, s, in_buf), s);
           const A mean = static_cast<A>(sum / static_cast<double>(count));
           double sq = 0;
-          for (int64_t i = 0; i < n; ++i) {
-            ConstArrayMap<A> xr(load<A>(xp + (i * channels + c) * s, s, in_buf), s);
-            sq += static_cast<double>((xr - mean).square().sum());
-          }
+          for (int64_t i = 0; i < n; ++i)
+            sq += loops::centered_squares(load<A>(xp + (i * channels + c) * s, s, in_buf), mean, s);
           mean_out[c] = mean;
           invstd_out[c] = static_cast<A>(1.0 / std::sqrt(sq / static_cast<double>(count) + eps));
           unbiased_var[c] = count > 1 ? sq / static_cast<double>(count - 1) : 0.0;
@@ -120,9 +120,8 @@ void batch_norm_nchw(const Tensor& out, const Tensor& save_mean, const Tensor& s
         const A shift = (b ? b[c] : A(0)) - mean_out[c] * scale;
         for (int64_t i = 0; i < n; ++i) {
           const int64_t off = (i * channels + c) * s;
-          ConstArrayMap<A> xr(load<A>(xp + off, s, in_buf), s);
           A* o = scratch<A>(op + off, s, out_buf);
-          ArrayMap<A>(o, s) = xr * scale + shift;
+          loops::scale_shift(load<A>(xp + off, s, in_buf), o, scale, shift, s);
           store(op + off, o, s);
         }
       }
@@ -163,9 +162,11 @@ void batch_norm_backward_nchw(const Tensor& grad_input, const Tensor& grad_weigh
         double sum_gy = 0, sum_gy_xhat = 0;
         for (int64_t i = 0; i < n; ++i) {
           const int64_t off = (i * channels + c) * s;
-          ConstArrayMap<A> xr(load<A>(xp + off, s, x_buf), s), gyr(load<A>(gyp + off, s, gy_buf), s);
-          sum_gy += static_cast<double>(gyr.sum());
-          sum_gy_xhat += static_cast<double>((gyr * (xr - mean)).sum());
+          double run_gy, run_gy_centered;
+          loops::gradient_sums(load<A>(gyp + off, s, gy_buf), load<A>(xp + off, s, x_buf), mean, s, run_gy,
+                               run_gy_centered);
+          sum_gy += run_gy;
+          sum_gy_xhat += run_gy_centered;
         }
         sum_gy_xhat *= static_cast<double>(invstd);
         if (gw) gw[c] = static_cast<A>(sum_gy_xhat);
@@ -176,9 +177,9 @@ void batch_norm_backward_nchw(const Tensor& grad_input, const Tensor& grad_weigh
             static_cast<A>(sum_gy_xhat / static_cast<double>(count)) * invstd;  // per xhat, times invstd
         for (int64_t i = 0; i < n; ++i) {
           const int64_t off = (i * channels + c) * s;
-          ConstArrayMap<A> xr(load<A>(xp + off, s, x_buf), s), gyr(load<A>(gyp + off, s, gy_buf), s);
           A* o = scratch<A>(gxp + off, s, out_buf);
-          ArrayMap<A>(o, s) = k * (gyr - mean_gy - (xr - mean) * proj);
+          loops::input_gradient(load<A>(gyp + off, s, gy_buf), load<A>(xp + off, s, x_buf), o, k, mean_gy,
+                                mean, proj, s);
           store(gxp + off, o, s);
         }
       }
@@ -352,15 +353,10 @@ void batch_norm_nhwc(const Tensor& out, const Tensor& save_mean, const Tensor& s
     std::vector<double> unbiased_var(static_cast<size_t>(c));
     if (training) {
       auto add_values = [&](int64_t r, double* p, TaskBuffers<A>& bufs) {
-        const A* row = load<A>(xp + r * c, c, bufs.a);
-        for (int64_t j = 0; j < c; ++j) p[j] += static_cast<double>(row[j]);
+        loops::add_row(p, load<A>(xp + r * c, c, bufs.a), c);
       };
       auto add_squares = [&](int64_t r, double* p, TaskBuffers<A>& bufs) {
-        const A* row = load<A>(xp + r * c, c, bufs.a);
-        for (int64_t j = 0; j < c; ++j) {
-          const A d = row[j] - mean_out[j];
-          p[j] += static_cast<double>(d * d);
-        }
+        loops::add_centered_squares_row(p, load<A>(xp + r * c, c, bufs.a), mean_out, c);
       };
       const std::vector<double> sums = channel_totals(chunk_sums<A>(m, c, add_values), c);
       for (int64_t j = 0; j < c; ++j)
@@ -383,11 +379,9 @@ void batch_norm_nhwc(const Tensor& out, const Tensor& save_mean, const Tensor& s
     }
     parallel_for(0, m, grain_for(c), [&](int64_t begin, int64_t end) {
       std::vector<A> in_buf, out_buf;
-      const ConstArrayMap<A> sc(scale.data(), c), sh(shift.data(), c);
       for (int64_t r = begin; r < end; ++r) {
-        ConstArrayMap<A> xr(load<A>(xp + r * c, c, in_buf), c);
         A* o = scratch<A>(op + r * c, c, out_buf);
-        ArrayMap<A>(o, c) = xr * sc + sh;
+        loops::scale_shift_row(load<A>(xp + r * c, c, in_buf), o, scale.data(), shift.data(), c);
         store(op + r * c, o, c);
       }
     });
@@ -410,12 +404,8 @@ void batch_norm_backward_nhwc(const Tensor& grad_input, const Tensor& grad_weigh
     const A* mean_p = static_cast<const A*>(save_mean.data_ptr());
     const A* invstd_p = static_cast<const A*>(save_invstd.data_ptr());
     auto add_gradients = [&](int64_t r, double* p, TaskBuffers<A>& bufs) {
-      const A* xr = load<A>(xp + r * c, c, bufs.a);
-      const A* gyr = load<A>(gyp + r * c, c, bufs.b);
-      for (int64_t j = 0; j < c; ++j) {
-        p[j] += static_cast<double>(gyr[j]);
-        p[c + j] += static_cast<double>(gyr[j] * (xr[j] - mean_p[j]));
-      }
+      loops::add_gradient_terms_row(p, p + c, load<A>(gyp + r * c, c, bufs.b), load<A>(xp + r * c, c, bufs.a),
+                                    mean_p, c);
     };
     // Per chunk: sum(gy) for each channel, then sum(gy * (x - mean)) for each channel.
     const std::vector<double> part = chunk_sums<A>(m, 2 * c, add_gradients);
@@ -432,11 +422,10 @@ void batch_norm_backward_nhwc(const Tensor& grad_input, const Tensor& grad_weigh
     }
     parallel_for(0, m, grain_for(2 * c), [&](int64_t begin, int64_t end) {
       std::vector<A> x_buf, gy_buf, out_buf;
-      const ConstArrayMap<A> kv(k.data(), c), mg(mean_gy.data(), c), pj(proj.data(), c), mu(mean_p, c);
       for (int64_t r = begin; r < end; ++r) {
-        ConstArrayMap<A> xr(load<A>(xp + r * c, c, x_buf), c), gyr(load<A>(gyp + r * c, c, gy_buf), c);
         A* o = scratch<A>(gxp + r * c, c, out_buf);
-        ArrayMap<A>(o, c) = kv * (gyr - mg - (xr - mu) * pj);
+        loops::input_gradient_row(load<A>(gyp + r * c, c, gy_buf), load<A>(xp + r * c, c, x_buf), o, k.data(),
+                                  mean_gy.data(), mean_p, proj.data(), c);
         store(gxp + r * c, o, c);
       }
     });

@@ -1,6 +1,7 @@
 /* Which vector instructions with_vector_isa uses (vector_isa.h). */
 #include "ops/cpu/vector_isa.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <iostream>
@@ -14,9 +15,12 @@ namespace {
 VectorIsa supported() {
 #ifdef LOOM_VECTOR_DISPATCH_ACTIVE
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
-      __builtin_cpu_supports("bmi2"))
-    return VectorIsa::Avx2;
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    return VectorIsa::Avx512;
+  if (avx2) return VectorIsa::Avx2;
 #endif
   return VectorIsa::Baseline;
 }
@@ -34,9 +38,9 @@ std::atomic<VectorIsa>& chosen() {
 VectorIsa vector_isa_from_setting(const char* setting, VectorIsa best, std::ostream& warnings) {
   if (setting == nullptr || *setting == '\0') return best;
   const std::string_view v(setting);
-  if (v == "baseline") return VectorIsa::Baseline;
-  if (v == "avx2") return best;
-  warnings << "loom: LOOM_CPU_ISA='" << v << "' is neither baseline nor avx2; ignored, using "
+  for (VectorIsa isa : {VectorIsa::Baseline, VectorIsa::Avx2, VectorIsa::Avx512})
+    if (v == vector_isa_name(isa)) return std::min(isa, best);
+  warnings << "loom: LOOM_CPU_ISA='" << v << "' is none of baseline, avx2 and avx512; ignored, using "
            << vector_isa_name(best) << "\n";
   return best;
 }
@@ -46,11 +50,19 @@ VectorIsa vector_isa() {
 }
 
 const char* vector_isa_name(VectorIsa isa) {
-  return isa == VectorIsa::Avx2 ? "avx2" : "baseline";
+  switch (isa) {
+    case VectorIsa::Avx512:
+      return "avx512";
+    case VectorIsa::Avx2:
+      return "avx2";
+    case VectorIsa::Baseline:
+      break;
+  }
+  return "baseline";
 }
 
 VectorIsa set_vector_isa(VectorIsa wanted) {
-  const VectorIsa isa = wanted == VectorIsa::Avx2 ? supported() : VectorIsa::Baseline;
+  const VectorIsa isa = std::min(wanted, supported());
   chosen().store(isa, std::memory_order_relaxed);
   return isa;
 }

@@ -931,27 +931,37 @@ TEST_CASE("run-time vector ISA: LOOM_CPU_ISA caps the choice; a bad value is rep
   CHECK(cpu::vector_isa_from_setting("avx2", VectorIsa::Avx2, warnings) == VectorIsa::Avx2);
   CHECK(cpu::vector_isa_from_setting("avx2", VectorIsa::Baseline, warnings) ==
         VectorIsa::Baseline);  // never more than the CPU has
-  CHECK(warnings.str().empty());
   CHECK(cpu::vector_isa_from_setting("avx512", VectorIsa::Avx2, warnings) == VectorIsa::Avx2);
-  CHECK(warnings.str() == "loom: LOOM_CPU_ISA='avx512' is neither baseline nor avx2; ignored, using avx2\n");
+  CHECK(cpu::vector_isa_from_setting("avx512", VectorIsa::Avx512, warnings) == VectorIsa::Avx512);
+  CHECK(cpu::vector_isa_from_setting("avx2", VectorIsa::Avx512, warnings) == VectorIsa::Avx2);
+  CHECK(warnings.str().empty());
+  CHECK(cpu::vector_isa_from_setting("sse4", VectorIsa::Avx512, warnings) == VectorIsa::Avx512);
+  CHECK(warnings.str() ==
+        "loom: LOOM_CPU_ISA='sse4' is none of baseline, avx2 and avx512; ignored, using avx512\n");
 }
 
-TEST_CASE("run-time vector ISA: the Eigen loops' AVX2 copy is chosen, and both copies match float64") {
+TEST_CASE("run-time vector ISA: the Eigen loops' AVX2 and AVX-512 copies are chosen, and all match float64") {
   using cpu::VectorIsa;
   const VectorIsa saved = cpu::vector_isa();
-  bool dispatches = false;
+  std::string copies = "the build's own";
 #ifdef LOOM_VECTOR_DISPATCH_ACTIVE
-  // A portable build on an AVX2 CPU must hand out the second copy of array_kernels.cpp.
+  // A portable build must hand out the copy of array_kernels.cpp for the best ISA the CPU has, up
+  // to the one asked for.
   __builtin_cpu_init();
-  dispatches = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   cpu::set_vector_isa(VectorIsa::Avx2);
-  CHECK((&cpu::array_kernels<float>() == &cpu::avx2::array_kernels_table<float>()) == dispatches);
-  CHECK((&cpu::array_kernels<double>() == &cpu::avx2::array_kernels_table<double>()) == dispatches);
+  CHECK((&cpu::array_kernels<float>() == &cpu::avx2::array_kernels_table<float>()) == avx2);
+  CHECK((&cpu::array_kernels<double>() == &cpu::avx2::array_kernels_table<double>()) == avx2);
+  cpu::set_vector_isa(VectorIsa::Avx512);
+  CHECK((&cpu::array_kernels<float>() == &cpu::avx512::array_kernels_table<float>()) == avx512);
+  CHECK((&cpu::array_kernels<double>() == &cpu::avx512::array_kernels_table<double>()) == avx512);
+  if (avx2) copies = avx512 ? "baseline, AVX2 and AVX-512" : "baseline and AVX2";
 #endif
   cpu::set_vector_isa(VectorIsa::Baseline);
   CHECK(&cpu::array_kernels<float>() == &cpu::compiled::array_kernels_table<float>());
-  MESSAGE((std::string("Eigen loops compared in ") + (dispatches ? "baseline and AVX2" : "the build's own") +
-           " code"));
+  MESSAGE((std::string("Eigen loops compared in ") + copies + " code"));
 
   manual_seed(5);
   // Odd sizes, for the vector loops' remainders; layer_norm rows of 771 (not a multiple of 8).
@@ -986,7 +996,7 @@ TEST_CASE("run-time vector ISA: the Eigen loops' AVX2 copy is chosen, and both c
   const std::vector<Tensor> reference =
       run(x.to(kFloat64), positive.to(kFloat64), g.to(kFloat64), rows.to(kFloat64), w.to(kFloat64),
           b.to(kFloat64), gy.to(kFloat64));
-  for (VectorIsa isa : {VectorIsa::Baseline, VectorIsa::Avx2}) {
+  for (VectorIsa isa : {VectorIsa::Baseline, VectorIsa::Avx2, VectorIsa::Avx512}) {
     cpu::set_vector_isa(isa);
     const std::string isa_name = cpu::vector_isa_name(cpu::vector_isa());
     CAPTURE(isa_name);
@@ -1003,11 +1013,11 @@ TEST_CASE("run-time vector ISA: the Eigen loops' AVX2 copy is chosen, and both c
   cpu::set_vector_isa(saved);
 }
 
-TEST_CASE("run-time vector ISA: AVX2 loops give the baseline loops' results") {
+TEST_CASE("run-time vector ISA: AVX2 and AVX-512 loops give the baseline loops' results") {
   using cpu::VectorIsa;
   const VectorIsa saved = cpu::vector_isa();
 #ifdef LOOM_VECTOR_DISPATCH_ACTIVE
-  // A portable build on an AVX2 CPU dispatches; anything else runs the baseline loops twice.
+  // A portable build on an AVX2 CPU dispatches; anything else runs the baseline loops again.
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   CHECK(cpu::set_vector_isa(VectorIsa::Avx2) == (avx2 ? VectorIsa::Avx2 : VectorIsa::Baseline));
@@ -1041,29 +1051,33 @@ TEST_CASE("run-time vector ISA: AVX2 loops give the baseline loops' results") {
   };
   cpu::set_vector_isa(VectorIsa::Baseline);
   const std::vector<Tensor> baseline = run(), baseline_steps = steps();
-  cpu::set_vector_isa(VectorIsa::Avx2);
-  const std::vector<Tensor> vectorised = run(), vectorised_steps = steps();
+  for (VectorIsa isa : {VectorIsa::Avx2, VectorIsa::Avx512}) {
+    cpu::set_vector_isa(isa);
+    const std::string isa_name = cpu::vector_isa_name(cpu::vector_isa());
+    CAPTURE(isa_name);
+    const std::vector<Tensor> vectorised = run(), vectorised_steps = steps();
+    // Adds, products, selects and casts are exact in any ISA; the exp differs by rounding only.
+    // The sums and the variance add in the same order in any ISA (fixed lanes): equal bit for bit.
+    for (size_t i : {0, 1, 2, 3, 6, 7, 8, 9, 10}) {
+      CAPTURE(i);
+      CHECK(equal(baseline[i], vectorised[i]));
+    }
+    // The optimizer steps may fuse a * b + c into one rounding (FMA) in AVX2 code.
+    for (size_t i = 0; i < baseline_steps.size(); ++i) {
+      CAPTURE(i);
+      CHECK(allclose(baseline_steps[i], vectorised_steps[i], 1e-6, 1e-7));
+    }
+    // And the sums are right: against float64.
+    CHECK(allclose(vectorised[7].to(kFloat64), x64.sum({1}), 1e-6, 1e-4));
+    CHECK(allclose(vectorised[8].to(kFloat64), x64.sum({0}), 1e-6, 1e-4));
+    CHECK(allclose(baseline[4], vectorised[4], 1e-6, 1e-7));
+    // log_softmax is x - logsumexp: the sum's rounding shows as an absolute error of the row's
+    // scale (|x| up to ~30 here) times float's epsilon.
+    CHECK(allclose(baseline[5], vectorised[5], 0, 3e-5));
+    CHECK(allclose(vectorised[5].to(kFloat64), log_softmax(x64, -1), 0, 3e-5));
+    // And both are right: softmax against float64.
+    CHECK(allclose(vectorised[4].to(kFloat64), softmax(x64, -1), 1e-6, 1e-8));
+    CHECK(allclose(baseline[4].to(kFloat64), softmax(x64, -1), 1e-6, 1e-8));
+  }
   cpu::set_vector_isa(saved);
-  // Adds, products, selects and casts are exact in any ISA; the exp differs by rounding only.
-  // The sums and the variance add in the same order in any ISA (fixed lanes): equal bit for bit.
-  for (size_t i : {0, 1, 2, 3, 6, 7, 8, 9, 10}) {
-    CAPTURE(i);
-    CHECK(equal(baseline[i], vectorised[i]));
-  }
-  // The optimizer steps may fuse a * b + c into one rounding (FMA) in AVX2 code.
-  for (size_t i = 0; i < baseline_steps.size(); ++i) {
-    CAPTURE(i);
-    CHECK(allclose(baseline_steps[i], vectorised_steps[i], 1e-6, 1e-7));
-  }
-  // And the sums are right: against float64.
-  CHECK(allclose(vectorised[7].to(kFloat64), x64.sum({1}), 1e-6, 1e-4));
-  CHECK(allclose(vectorised[8].to(kFloat64), x64.sum({0}), 1e-6, 1e-4));
-  CHECK(allclose(baseline[4], vectorised[4], 1e-6, 1e-7));
-  // log_softmax is x - logsumexp: the sum's rounding shows as an absolute error of the row's
-  // scale (|x| up to ~30 here) times float's epsilon.
-  CHECK(allclose(baseline[5], vectorised[5], 0, 3e-5));
-  CHECK(allclose(vectorised[5].to(kFloat64), log_softmax(x64, -1), 0, 3e-5));
-  // And both are right: softmax against float64.
-  CHECK(allclose(vectorised[4].to(kFloat64), softmax(x64, -1), 1e-6, 1e-8));
-  CHECK(allclose(baseline[4].to(kFloat64), softmax(x64, -1), 1e-6, 1e-8));
 }

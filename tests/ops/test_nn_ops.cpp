@@ -10,6 +10,7 @@
 #include <cmath>
 #include <vector>
 
+#include "ops/cpu/vector_isa.h"
 #include "ops/ops.h"
 #include "tests/test_util.h"
 
@@ -48,6 +49,22 @@ std::vector<double> softmax_ref(const std::vector<double>& x, IntArrayRef shape,
         y[at(d)] = log ? x[at(d)] - m - std::log(s) : std::exp(x[at(d)] - m) / s;
     }
   return y;
+}
+
+// softmax's gx = y * (gy - sum(gy * y)) and log_softmax's gx = gy - exp(y) * sum(gy), sums along dim.
+std::vector<double> softmax_backward_ref(const std::vector<double>& gy, const std::vector<double>& y,
+                                         IntArrayRef shape, int64_t dim, bool log) {
+  Around g = around(shape, dim);
+  std::vector<double> gx(y.size());
+  for (int64_t o = 0; o < g.outer; ++o)
+    for (int64_t j = 0; j < g.inner; ++j) {
+      auto at = [&](int64_t d) { return (o * g.size + d) * g.inner + j; };
+      double s = 0;
+      for (int64_t d = 0; d < g.size; ++d) s += log ? gy[at(d)] : gy[at(d)] * y[at(d)];
+      for (int64_t d = 0; d < g.size; ++d)
+        gx[at(d)] = log ? gy[at(d)] - std::exp(y[at(d)]) * s : y[at(d)] * (gy[at(d)] - s);
+    }
+  return gx;
 }
 
 }  // namespace
@@ -90,6 +107,48 @@ TEST_CASE("softmax on long rows and on several blocks of inner columns") {
   Tensor yu = softmax(make(u, {2, 2000, 40}), 1);
   Tensor gx32 = softmax_backward(make(gu, {2, 2000, 40}, kFloat32), yu.to(kFloat32), 1);
   check_close(gx32, values(softmax_backward(make(gu, {2, 2000, 40}), yu, 1)), {1e-5, 1e-6});
+}
+
+TEST_CASE(
+    "softmax's vector loops under each ISA (baseline, AVX2, AVX-512 in portable builds) match float64") {
+  using cpu::VectorIsa;
+  const VectorIsa saved = cpu::vector_isa();
+  // [6, 1003]: along dim 1, rows with a remainder for every vector width; along dim 0, blocks of
+  // 256 columns and a remainder of 235. The maximum sits at a row's end in one row and at its
+  // start in another; a masked (-inf) logit gives exactly 0.
+  const int64_t rows = 6, n = 1003;
+  const DimVector shape{rows, n};
+  std::vector<double> x = random_values(rows * n, 31, 4.0);
+  x[n - 1] = 30;
+  x[n] = 25;
+  x[2 * n + 7] = -INFINITY;
+  const std::vector<double> gy = random_values(rows * n, 32);
+  for (VectorIsa isa : {VectorIsa::Baseline, VectorIsa::Avx2, VectorIsa::Avx512}) {
+    cpu::set_vector_isa(isa);
+    const std::string isa_name = cpu::vector_isa_name(cpu::vector_isa());
+    CAPTURE(isa_name);
+    for (DType dtype : {kFloat32, kFloat64}) {
+      CAPTURE(dtype);
+      const bool f32 = dtype == kFloat32;
+      const Tol tol = f32 ? Tol{1e-6, 1e-6} : Tol{1e-13, 1e-13}, log_tol = f32 ? Tol{1e-5, 1e-5} : tol;
+      for (int64_t dim : {1, 0}) {
+        CAPTURE(dim);
+        Tensor t = make(x, shape, dtype), g = make(gy, shape, dtype);
+        Tensor sm = softmax(t, dim);
+        const std::vector<double> y = softmax_ref(x, shape, dim, false),
+                                  ly = softmax_ref(x, shape, dim, true);
+        check_close(sm, y, tol);
+        CHECK(sm.to_vector<double>()[2 * n + 7] == 0.0);
+        check_close(log_softmax(t, dim), ly, log_tol);
+        // The backward from the reference's y, against the float64 formulas.
+        check_close(softmax_backward(g, make(y, shape, dtype), dim),
+                    softmax_backward_ref(gy, y, shape, dim, false), tol);
+        check_close(log_softmax_backward(g, make(ly, shape, dtype), dim),
+                    softmax_backward_ref(gy, ly, shape, dim, true), log_tol);
+      }
+    }
+  }
+  cpu::set_vector_isa(saved);
 }
 
 TEST_CASE("softmax of non-contiguous inputs: transposed, sliced and expanded views") {

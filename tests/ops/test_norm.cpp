@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "ops/cpu/vector_isa.h"
 #include "ops/ops.h"
 #include "tests/test_util.h"
 
@@ -182,6 +183,51 @@ TEST_CASE("batch_norm over many channels and a long spatial dim (parallel path)"
   std::vector<double> new_rv;
   for (double v : ref.var_unbiased) new_rv.push_back(0.9 + 0.1 * v);
   check_close(rv, new_rv);
+}
+
+TEST_CASE(
+    "batch_norm's vector loops under each ISA (baseline, AVX2, AVX-512 in portable builds) match float64") {
+  using cpu::VectorIsa;
+  const VectorIsa saved = cpu::vector_isa();
+  // S = 4133 crosses the loops' 4096-value sum blocks and leaves a remainder for every vector
+  // width; channels_last with 19 channels leaves one too.
+  const int64_t n = 2, c = 3, s = 4133;
+  const std::vector<double> xv = random_values(n * c * s, 21, 2.0, 0.5), gyv = random_values(n * c * s, 22);
+  const std::vector<double> wv = random_values(c, 23), bv = random_values(c, 24);
+  const int64_t cn = 5, cc = 19, ch = 9, cw = 11;
+  Tensor xcl64 = make(random_values(cn * cc * ch * cw, 25, 1.5, -0.3), {cn, cc, ch, cw});
+  Tensor gycl64 = make(random_values(cn * cc * ch * cw, 26), {cn, cc, ch, cw});
+  Tensor wcl = make(random_values(cc, 27), {cc}, kFloat32), bcl = make(random_values(cc, 28), {cc}, kFloat32);
+  auto channels_last = [](const Tensor& t) {
+    return contiguous(t.permute({0, 2, 3, 1})).permute({0, 3, 1, 2});
+  };
+  // Both layouts, forward and backward, in `dtype`.
+  auto run = [&](DType dtype) {
+    Tensor x = make(xv, {n, c, s}, dtype), gy = make(gyv, {n, c, s}, dtype);
+    Tensor w = make(wv, {c}, dtype), b = make(bv, {c}, dtype);
+    auto [y, mean, invstd] = batch_norm_forward(x, w, b, {}, {}, true, 0.1, 1e-5);
+    auto [gx, gw, gb] = batch_norm_backward(gy, x, w, mean, invstd);
+    Tensor xcl = channels_last(xcl64.to(dtype)), gycl = channels_last(gycl64.to(dtype));
+    auto [ycl, mean_cl, invstd_cl] =
+        batch_norm_forward(xcl, wcl.to(dtype), bcl.to(dtype), {}, {}, true, 0.1, 1e-5);
+    auto [gxcl, gwcl, gbcl] = batch_norm_backward(gycl, xcl, wcl.to(dtype), mean_cl, invstd_cl);
+    return std::vector<Tensor>{y, mean, invstd, gx, gw, gb, ycl, mean_cl, invstd_cl, gxcl, gwcl, gbcl};
+  };
+  const std::vector<Tensor> reference = run(kFloat64);
+  // The float64 forward against the loops written here, so that the reference is independent.
+  check_close(reference[0], batch_norm_ref(xv, n, c, s, wv, bv, 1e-5).out, {1e-12, 1e-12});
+  for (VectorIsa isa : {VectorIsa::Baseline, VectorIsa::Avx2, VectorIsa::Avx512}) {
+    cpu::set_vector_isa(isa);
+    const std::string isa_name = cpu::vector_isa_name(cpu::vector_isa());
+    CAPTURE(isa_name);
+    const std::vector<Tensor> got = run(kFloat32);
+    for (size_t i = 0; i < got.size(); ++i) {
+      CAPTURE(i);
+      // The parameter gradients add up 8,266 (NCHW) and 495 (NHWC) products of terms of about 1.
+      CHECK(allclose(got[i].to(kFloat64), reference[i], 1e-5, i % 6 >= 4 ? 1e-4 : 1e-5));
+    }
+  }
+  cpu::set_vector_isa(saved);
 }
 
 TEST_CASE("batch_norm_backward matches finite differences of the training forward") {
