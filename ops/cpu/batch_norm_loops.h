@@ -14,20 +14,13 @@
 #include <cstdint>
 
 #include "ops/cpu/vector_isa.h"
+#include "ops/cpu/vector_sum_loops.h"
 
 namespace loom::cpu::batch_norm_loops {
 
 constexpr int64_t kSumBlock = 4096;
 
 namespace detail {
-
-template <class A>
-inline A block_sum(const A* __restrict x, int64_t n) {
-  A s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += x[i];
-  return s;
-}
 
 template <class A>
 inline A block_centered_squares(const A* __restrict x, A mean, int64_t n) {
@@ -53,50 +46,11 @@ inline void block_gradient_sums(const A* __restrict gy, const A* __restrict x, A
   sum_gy_centered = sc;
 }
 
-// The blocks of [0, n) added up in double: f(begin, len) returns a block's sum.
+// Calls f(begin, length) for the blocks of [0, n) in order.
 template <class F>
-inline double sum_over_blocks(int64_t n, const F& f) {
-  double total = 0;
-  for (int64_t i = 0; i < n; i += kSumBlock) total += static_cast<double>(f(i, std::min(kSumBlock, n - i)));
-  return total;
+inline void for_each_block(int64_t n, const F& f) {
+  for (int64_t i = 0; i < n; i += kSumBlock) f(i, std::min(kSumBlock, n - i));
 }
-
-}  // namespace detail
-
-// sum(x[0..n))
-template <class A>
-double sum(const A* x, int64_t n) {
-  return with_vector_isa([=] {
-    return detail::sum_over_blocks(n, [=](int64_t i, int64_t len) { return detail::block_sum(x + i, len); });
-  });
-}
-
-// sum((x - mean)^2) over x[0..n)
-template <class A>
-double centered_squares(const A* x, A mean, int64_t n) {
-  return with_vector_isa([=] {
-    return detail::sum_over_blocks(
-        n, [=](int64_t i, int64_t len) { return detail::block_centered_squares(x + i, mean, len); });
-  });
-}
-
-// sum(gy) and sum(gy * (x - mean)) over [0, n), in one pass.
-template <class A>
-void gradient_sums(const A* gy, const A* x, A mean, int64_t n, double& sum_gy, double& sum_gy_centered) {
-  with_vector_isa([&] {
-    double s = 0, sc = 0;
-    for (int64_t i = 0; i < n; i += kSumBlock) {
-      A bs, bsc;
-      detail::block_gradient_sums(gy + i, x + i, mean, std::min(kSumBlock, n - i), bs, bsc);
-      s += static_cast<double>(bs);
-      sc += static_cast<double>(bsc);
-    }
-    sum_gy = s;
-    sum_gy_centered = sc;
-  });
-}
-
-namespace detail {
 
 // The elementwise loops take their arrays as restrict parameters: through a lambda's captures
 // GCC could not tell that the output aliases no input, and would not vectorise.
@@ -156,6 +110,45 @@ inline void add_gradient_terms_row(double* __restrict sum_gy, double* __restrict
 }
 
 }  // namespace detail
+
+// sum(x[0..n))
+template <class A>
+double sum(const A* x, int64_t n) {
+  return with_vector_isa([=] {
+    double total = 0;
+    detail::for_each_block(
+        n, [&](int64_t i, int64_t len) { total += static_cast<double>(sum_loop(x + i, len)); });
+    return total;
+  });
+}
+
+// sum((x - mean)^2) over x[0..n)
+template <class A>
+double centered_squares(const A* x, A mean, int64_t n) {
+  return with_vector_isa([=] {
+    double total = 0;
+    detail::for_each_block(n, [&](int64_t i, int64_t len) {
+      total += static_cast<double>(detail::block_centered_squares(x + i, mean, len));
+    });
+    return total;
+  });
+}
+
+// sum(gy) and sum(gy * (x - mean)) over [0, n), in one pass.
+template <class A>
+void gradient_sums(const A* gy, const A* x, A mean, int64_t n, double& sum_gy, double& sum_gy_centered) {
+  with_vector_isa([&] {
+    double s = 0, sc = 0;
+    detail::for_each_block(n, [&](int64_t i, int64_t len) {
+      A bs, bsc;
+      detail::block_gradient_sums(gy + i, x + i, mean, len, bs, bsc);
+      s += static_cast<double>(bs);
+      sc += static_cast<double>(bsc);
+    });
+    sum_gy = s;
+    sum_gy_centered = sc;
+  });
+}
 
 // The output arrays below overlap no input: batch norm's outputs are fresh tensors or row buffers.
 

@@ -100,7 +100,7 @@ float exp_store_sum(float* out, const float* x, float m, int64_t n) {
 double exp_store_sum(double* out, const double* x, double m, int64_t n) {
   shifted_row(x, out, m, n);
   exp_in_place(out, n);
-  return with_vector_isa([=] { return row_sum_loop(out, n); });
+  return with_vector_isa([=] { return sum_loop(out, n); });
 }
 
 // sum(exp(x[i] - m))
@@ -121,7 +121,7 @@ double exp_sum(const double* x, double m, int64_t n) {
     const int64_t len = std::min(kExpBlock, n - i);
     shifted_row(x + i, e, m, len);
     exp_in_place(e, len);
-    s += with_vector_isa([&] { return row_sum_loop(e, len); });
+    s += with_vector_isa([&] { return sum_loop(e, len); });
   }
   return s;
 }
@@ -246,9 +246,9 @@ void softmax_backward_last_dim(T* gx, const T* gy, const T* y, int64_t rows, int
       A* o = scratch<A>(gx + r * n, n, out_buf);
       if constexpr (kLog) {
         array_kernels<A>().exp(yr, o, n);
-        with_vector_isa([=] { log_softmax_grad_row_loop(gyr, o, row_sum_loop(gyr, n), n); });
+        with_vector_isa([=] { log_softmax_grad_row_loop(gyr, o, sum_loop(gyr, n), n); });
       } else {
-        with_vector_isa([=] { softmax_grad_row_loop(gyr, yr, o, row_dot_loop(gyr, yr, n), n); });
+        with_vector_isa([=] { softmax_grad_row_loop(gyr, yr, o, dot_loop(gyr, yr, n), n); });
       }
       store(gx + r * n, o, n);
     }

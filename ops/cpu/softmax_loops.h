@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "ops/cpu/vector_isa.h"
+#include "ops/cpu/vector_sum_loops.h"
 
 namespace loom::cpu::softmax_loops {
 
@@ -60,22 +61,6 @@ inline void shifted_row_loop(const A* __restrict x, A* __restrict y, A c, int64_
 template <class A>
 void shifted_row(const A* x, A* y, A c, int64_t n) {
   with_vector_isa([=] { shifted_row_loop(x, y, c, n); });
-}
-
-// sum(g[0..n)) and sum(g * y) over [0, n).
-template <class A>
-inline A row_sum_loop(const A* __restrict g, int64_t n) {
-  A s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += g[i];
-  return s;
-}
-template <class A>
-inline A row_dot_loop(const A* __restrict g, const A* __restrict y, int64_t n) {
-  A s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += g[i] * y[i];
-  return s;
 }
 
 // The last-dim backward rows: softmax's gx = y * (g - s), and log_softmax's gx = g - e * s with

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <random>
 
+#include "ops/cpu/vector_isa.h"
 #include "ops/ops.h"
 #include "tests/test_util.h"
 
@@ -490,6 +491,55 @@ TEST_CASE("max_pool2d: NaN propagates, channels_last and strided inputs") {
   Tensor gcl = max_pool2d_backward(channels_last(pool_grad(cl_y.sizes(), kFloat32)), cl_i, base.sizes(), p);
   Tensor gref = max_pool2d_backward(pool_grad(cl_y.sizes(), kFloat32), ref_i, base.sizes(), p);
   check_close(gcl, gref.to_vector<double>(), base.sizes());
+}
+
+TEST_CASE(
+    "max_pool2d's 2x2 fast path under each ISA (baseline, AVX2, AVX-512 in portable builds) matches a window "
+    "scan") {
+  using cpu::VectorIsa;
+  const VectorIsa saved = cpu::vector_isa();
+  // 38 columns: 19 outputs per row, a remainder for every vector width. Values are multiples of
+  // 1/8 in [-1, 1], so most windows hold ties (the first maximum wins); NaNs sit at each window
+  // position, one window holds two (the later one wins, as in PyTorch), and a row ends in one.
+  const int64_t N = 2, C = 3, H = 10, W = 38, Ho = H / 2, Wo = W / 2;
+  const std::vector<double> base = grid({N, C, H, W}, kFloat64, 43).to_vector<double>();
+  for (DType dtype : {kFloat32, kFloat64}) {
+    CAPTURE(dtype);
+    std::vector<double> x = base;
+    for (int64_t i : {int64_t{0}, W + 3, 4 * W + 8, 5 * W + 9, 6 * W + 20, 7 * W + 21, W * H + 2 * W - 1})
+      x[static_cast<size_t>(i)] = NAN;
+    // The reference: each window scanned in (0,0), (0,1), (1,0), (1,1) order.
+    std::vector<double> ref_y;
+    std::vector<int64_t> ref_i;
+    for (int64_t plane = 0; plane < N * C; ++plane)
+      for (int64_t oh = 0; oh < Ho; ++oh)
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          double best = -INFINITY;
+          int64_t at = -1;
+          for (int64_t i = 0; i < 2; ++i)
+            for (int64_t j = 0; j < 2; ++j) {
+              const int64_t offset = (2 * oh + i) * W + 2 * ow + j;
+              const double v = x[static_cast<size_t>(plane * H * W + offset)];
+              if (at < 0 || v > best || std::isnan(v)) {
+                best = v;
+                at = offset;
+              }
+            }
+          ref_y.push_back(best);
+          ref_i.push_back(at);
+        }
+    const Tensor input = lit(x, {N, C, H, W}).to(dtype);
+    for (VectorIsa isa : {VectorIsa::Baseline, VectorIsa::Avx2, VectorIsa::Avx512}) {
+      cpu::set_vector_isa(isa);
+      const std::string isa_name = cpu::vector_isa_name(cpu::vector_isa());
+      CAPTURE(isa_name);
+      auto [y, idx] =
+          max_pool2d_with_indices(input, make_pool2d_params({2, 2}, {2, 2}, {0, 0}, {1, 1}, false, true));
+      check_close(y, ref_y, {N, C, Ho, Wo});
+      check_equal_ints(idx, ref_i);
+    }
+  }
+  cpu::set_vector_isa(saved);
 }
 
 TEST_CASE("avg_pool2d: ceil_mode and count_include_pad match PyTorch, forward and backward") {
