@@ -61,6 +61,18 @@ const char* vector_isa_name(VectorIsa isa) {
   return "baseline";
 }
 
+std::string vector_isa_description() {
+#ifdef LOOM_VECTOR_DISPATCH_ACTIVE
+  return std::string(vector_isa_name(vector_isa())) + " (run-time)";
+#elif defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
+  return "avx512 (compiled)";
+#elif defined(__AVX2__)
+  return "avx2 (compiled)";
+#else
+  return "baseline (compiled)";
+#endif
+}
+
 VectorIsa set_vector_isa(VectorIsa wanted) {
   const VectorIsa isa = std::min(wanted, supported());
   chosen().store(isa, std::memory_order_relaxed);

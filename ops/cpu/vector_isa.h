@@ -17,6 +17,7 @@
 #pragma once
 
 #include <ostream>
+#include <string>
 #include <utility>
 
 namespace loom::cpu {
@@ -33,6 +34,10 @@ const char* vector_isa_name(VectorIsa isa);
 // does with ATEN_CPU_CAPABILITY): the variable is first read inside a kernel, where an exception
 // would end the process.
 VectorIsa vector_isa_from_setting(const char* setting, VectorIsa best, std::ostream& warnings);
+// For reports (bench's "isa" field): in a portable build the choice above, e.g. "avx512 (run-time)";
+// in any other build the vector instructions the compiler was told to use, e.g. "avx512 (compiled)",
+// since with_vector_isa then changes nothing.
+std::string vector_isa_description();
 // Caps the choice for the whole process, e.g. to compare AVX2 and baseline code in one run.
 // Returns the ISA now in use (never more than the CPU has or this build can dispatch to).
 VectorIsa set_vector_isa(VectorIsa wanted);

@@ -940,6 +940,29 @@ TEST_CASE("run-time vector ISA: LOOM_CPU_ISA caps the choice; a bad value is rep
         "loom: LOOM_CPU_ISA='sse4' is none of baseline, avx2 and avx512; ignored, using avx512\n");
 }
 
+TEST_CASE("run-time vector ISA: the description names the code that runs") {
+  using cpu::VectorIsa;
+  const VectorIsa saved = cpu::vector_isa();
+#ifdef LOOM_VECTOR_DISPATCH_ACTIVE
+  for (VectorIsa isa : {VectorIsa::Baseline, VectorIsa::Avx2, VectorIsa::Avx512}) {
+    const VectorIsa in_use = cpu::set_vector_isa(isa);
+    CHECK(cpu::vector_isa_description() == std::string(cpu::vector_isa_name(in_use)) + " (run-time)");
+  }
+#else
+  // Without dispatch the compiler's target decides, whatever set_vector_isa was given.
+  cpu::set_vector_isa(VectorIsa::Baseline);
+  const std::string description = cpu::vector_isa_description();
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
+  CHECK(description == "avx512 (compiled)");
+#elif defined(__AVX2__)
+  CHECK(description == "avx2 (compiled)");
+#else
+  CHECK(description == "baseline (compiled)");
+#endif
+#endif
+  cpu::set_vector_isa(saved);
+}
+
 TEST_CASE("run-time vector ISA: the Eigen loops' AVX2 and AVX-512 copies are chosen, and all match float64") {
   using cpu::VectorIsa;
   const VectorIsa saved = cpu::vector_isa();

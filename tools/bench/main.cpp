@@ -26,7 +26,7 @@ namespace {
 void run_case(const loom::bench::BenchCase& c, int threads, const loom::bench::TimingOptions& options,
               bool json) {
   // Which vector code Loom's own loops ran (a portable build picks it at run time).
-  const std::string isa = loom::cpu::vector_isa_name(loom::cpu::vector_isa());
+  const std::string isa = loom::cpu::vector_isa_description();
   if (c.measure) {  // a self-measuring case: one line per metric
     for (const auto& m : c.measure(options)) {
       if (json) {
