@@ -379,6 +379,26 @@ Tensor gelu_backward(const Tensor& grad, const Tensor& x, std::string_view appro
   return unary_out(x, compute, compute, [&](const Tensor& out, const Tensor& in) { kernel(out, g, in, use_tanh); });
 }
 
+Tensor threshold_backward(const Tensor& grad, const Tensor& self, double threshold) {
+  LOOM_CHECK(grad.defined() && self.defined(), "threshold_backward: undefined grad or input");
+  LOOM_CHECK(grad.sizes() == self.sizes(),
+             "threshold_backward: expected grad and input of the same shape, got ", grad.sizes(), " and ",
+             self.sizes());
+  LOOM_CHECK(grad.device() == self.device(), "threshold_backward: grad on ", grad.device(), " but input on ",
+             self.device());
+  const DType compute = promote_types(grad.dtype(), self.dtype());
+  LOOM_CHECK(is_floating(compute), "threshold_backward: expected floating-point grad and input, got ",
+             grad.dtype(), " and ", self.dtype());
+  if (should_record(grad, self)) {
+    return recorded<Op::threshold_backward>({grad, self}, ThresholdAttrs{threshold},
+                                            [&] { return threshold_backward(grad, self, threshold); });
+  }
+  Tensor g = grad.dtype() == compute ? grad : to(grad, compute);
+  auto kernel = get_kernel<Op::threshold_backward>(self.device());
+  return unary_out(self, compute, compute,
+                   [&](const Tensor& out, const Tensor& in) { kernel(out, g, in, threshold); });
+}
+
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
   if (should_record(x)) return recorded<Op::clamp>({x}, ClampAttrs{min, max}, [&] { return clamp(x, min, max); });
   DType compute = clamp_compute_dtype(x, min, max, "clamp");

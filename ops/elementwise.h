@@ -45,6 +45,10 @@ Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x, std::string_view approximate = "none");
 // grad * gelu'(x), the gradient of gelu (grad and x of one shape and floating dtype).
 Tensor gelu_backward(const Tensor& grad, const Tensor& x, std::string_view approximate = "none");
+// self <= threshold ? 0 : grad, elementwise (PyTorch's threshold_backward): relu's gradient is
+// threshold_backward(grad, relu's output, 0). grad and self have one shape and floating dtypes; the
+// result has their promoted dtype. A NaN in self passes grad on, as in PyTorch.
+Tensor threshold_backward(const Tensor& grad, const Tensor& self, double threshold);
 Tensor silu(const Tensor& x);
 // At least one bound must be given.
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max = {});

@@ -25,6 +25,9 @@ using WhereKernel = void (*)(const Tensor& out, const Tensor& cond, const Tensor
 using GeluKernel = void (*)(const Tensor& out, const Tensor& in, bool tanh_approximation);
 // out = grad * gelu'(x): one fused pass where the formula would take a dozen.
 using GeluBackwardKernel = void (*)(const Tensor& out, const Tensor& grad, const Tensor& x, bool tanh_approximation);
+// out = self <= threshold ? 0 : grad (relu's gradient from its output, in one pass).
+using ThresholdBackwardKernel = void (*)(const Tensor& out, const Tensor& grad, const Tensor& self,
+                                         double threshold);
 using ClampKernel = void (*)(const Tensor& out, const Tensor& in, const Scalar* min, const Scalar* max);
 
 // ---- copies and fills

@@ -304,7 +304,7 @@ Tensor linear_activation_linear(const Tensor& x, const Tensor& weight1, const Te
 
 Tensor activation_backward(const Tensor& grad, const Tensor& pre, const Tensor& output,
                            Activation activation) {
-  if (activation == Activation::Relu) return where(output.gt(0), grad, 0.0);
+  if (activation == Activation::Relu) return threshold_backward(grad, output, 0.0);
   return gelu_backward(grad, pre, activation == Activation::GeluTanh ? "tanh" : "none");
 }
 

@@ -47,6 +47,10 @@ struct GeluAttrs {
   bool tanh_approximation = false;
 };
 
+struct ThresholdAttrs {
+  double threshold = 0;
+};
+
 struct ClampAttrs {
   std::optional<Scalar> min, max;
 };

@@ -44,9 +44,18 @@ void register_elementwise_formulas() {
     Tensor y = c.output(0);
     return Grads{g[0] * y * (1.0 - y)};
   });
-  define_formula<Op::relu>(kOutput0, [](const C& c, const Grads& g) {
-    return Grads{where(c.output(0).gt(0), g[0], 0.0)};
-  });
+  define_formula<Op::relu>(
+      kOutput0, [](const C& c, const Grads& g) { return Grads{threshold_backward(g[0], c.output(0), 0.0)}; });
+  // threshold_backward(g, self, t) is linear in g with a mask that is constant in self almost
+  // everywhere: d/dg = threshold_backward(., self, t), d/dself = 0 (as PyTorch defines it).
+  define_formula<Op::threshold_backward>(
+      Save{.inputs = 0b10}, [](const GradContext<ThresholdAttrs>& c, const Grads& g) {
+        Tensor self = c.input(1);
+        Tensor d_grad =
+            if_needed(c.needs_grad(0), [&] { return threshold_backward(g[0], self, c.attrs().threshold); });
+        Tensor d_self = if_needed(c.needs_grad(1), [&] { return zeros_like(self); });
+        return Grads{d_grad, d_self};
+      });
   // silu = x s(x): d/dx = s + x s (1 - s)
   define_formula<Op::silu>(kInput0, [](const C& c, const Grads& g) {
     Tensor x = c.input(0), s = x.sigmoid();

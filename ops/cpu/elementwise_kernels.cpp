@@ -442,6 +442,41 @@ void where_kernel(const Tensor& out, const Tensor& cond, const Tensor& a, const 
   });
 }
 
+// relu's gradient, as PyTorch computes it: one pass over grad and the output, where
+// where(y > 0, g, 0) took two and a bool mask. `!(x <= t)`, so that a NaN passes grad on.
+template <class T>
+void threshold_backward_contig(T* __restrict o, const T* __restrict g, const T* __restrict x, opmath_t<T> t,
+                               int64_t n) {
+  using M = opmath_t<T>;
+  const T zero = static_cast<T>(M(0));
+  for (int64_t i = 0; i < n; ++i) o[i] = select_bits(!(static_cast<M>(x[i]) <= t), g[i], zero);
+}
+
+void threshold_backward_kernel(const Tensor& out, const Tensor& grad, const Tensor& self, double threshold) {
+  visit_floating_dtype(out.dtype(), "threshold_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using M = opmath_t<T>;
+    // Compared in self's dtype, as PyTorch does: the threshold is rounded to it first.
+    const M t = static_cast<M>(static_cast<T>(threshold));
+    const bool stream = should_stream(out, {&grad, &self});
+    apply<3>({&out, &grad, &self}, kParallelGrain, [&](char* const* p, const int64_t* s, int64_t n) {
+      T* o = reinterpret_cast<T*>(p[0]);
+      const T* g = reinterpret_cast<const T*>(p[1]);
+      const T* x = reinterpret_cast<const T*>(p[2]);
+      constexpr int64_t s1 = sizeof(T);
+      if (s[0] == s1 && s[1] == s1 && s[2] == s1) {
+        write_out(o, n, stream, [&](T* d, int64_t i, int64_t len) {
+          threshold_backward_contig<T>(d, g + i, x + i, t, len);
+        });
+      } else {
+        const int64_t so = s[0] / s1, sg = s[1] / s1, sx = s[2] / s1;
+        for (int64_t i = 0; i < n; ++i)
+          o[i * so] = static_cast<M>(x[i * sx]) <= t ? static_cast<T>(M(0)) : g[i * sg];
+      }
+    });
+  });
+}
+
 }  // namespace
 
 void register_elementwise_kernels() {
@@ -463,6 +498,7 @@ void register_elementwise_kernels() {
   register_kernel<Op::logical_not>(cpu, logical_not_kernel);
   register_kernel<Op::gelu>(cpu, gelu_kernel);
   register_kernel<Op::gelu_backward>(cpu, gelu_backward_kernel);
+  register_kernel<Op::threshold_backward>(cpu, threshold_backward_kernel);
   register_kernel<Op::clamp>(cpu, clamp_kernel);
   register_kernel<Op::add>(cpu, add_kernel);
   register_kernel<Op::sub>(cpu, sub_kernel);

@@ -135,6 +135,13 @@ struct GeluBackwardF {
   }
 };
 
+// self <= threshold ? 0 : grad, with the threshold already in self's dtype (then opmath).
+template <class M>
+struct ThresholdBackwardF {
+  M threshold;
+  __device__ M operator()(M g, M x) const { return x <= threshold ? M(0) : g; }
+};
+
 // ---- binary functors ----
 struct AddF {
   template <class M>
@@ -512,6 +519,19 @@ cudaError_t launch_gelu_backward(int dtype, void* out, const void* grad, const v
     using T = decltype(t);
     return apply(OnOpmath<T, GeluBackwardF>{GeluBackwardF{tanh_approximation}}, layout, numel, stream,
                  static_cast<T*>(out), static_cast<const T*>(grad), static_cast<const T*>(x));
+  });
+}
+
+cudaError_t launch_threshold_backward(int dtype, void* out, const void* grad, const void* self,
+                                      const ElementwiseLayout& layout, int64_t numel, double threshold,
+                                      cudaStream_t stream) {
+  return visit_floating_code(dtype, [&](auto t) {
+    using T = decltype(t);
+    using M = opmath_t<T>;
+    // Rounded to self's dtype first, as PyTorch compares.
+    const ThresholdBackwardF<M> f{to_opmath(convert<T>(threshold))};
+    return apply(OnOpmath<T, ThresholdBackwardF<M>>{f}, layout, numel, stream, static_cast<T*>(out),
+                 static_cast<const T*>(grad), static_cast<const T*>(self));
   });
 }
 

@@ -119,6 +119,13 @@ void gelu_backward_kernel(const Tensor& out, const Tensor& grad, const Tensor& x
                                        nullptr));
 }
 
+void threshold_backward_kernel(const Tensor& out, const Tensor& grad, const Tensor& self, double threshold) {
+  check_floating("threshold_backward", out.dtype());
+  LOOM_CUDA_CHECK(launch_threshold_backward(
+      code(out.dtype()), out.data_ptr(), grad.data_ptr(), self.data_ptr(),
+      layout_of("threshold_backward", {&out, &grad, &self}), out.numel(), threshold, nullptr));
+}
+
 void clamp_kernel(const Tensor& out, const Tensor& in, const Scalar* min, const Scalar* max) {
   check_not_bool("clamp", out.dtype());
   ClampBounds b;
@@ -217,6 +224,7 @@ void register_elementwise_cuda_kernels() {
   register_kernel<Op::logical_not>(cuda, logical_not_kernel);
   register_kernel<Op::gelu>(cuda, gelu_kernel);
   register_kernel<Op::gelu_backward>(cuda, gelu_backward_kernel);
+  register_kernel<Op::threshold_backward>(cuda, threshold_backward_kernel);
   register_kernel<Op::clamp>(cuda, clamp_kernel);
   register_kernel<Op::add>(cuda, add_kernel);
   register_kernel<Op::sub>(cuda, sub_kernel);

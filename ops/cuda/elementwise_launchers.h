@@ -60,6 +60,11 @@ cudaError_t launch_clamp(int dtype, void* out, const void* in, const Elementwise
 cudaError_t launch_gelu_backward(int dtype, void* out, const void* grad, const void* x, const ElementwiseLayout& layout,
                                  int64_t numel, bool tanh_approximation, cudaStream_t stream);
 
+// out = self <= threshold ? 0 : grad (floating dtypes; threshold rounded to the dtype first).
+cudaError_t launch_threshold_backward(int dtype, void* out, const void* grad, const void* self,
+                                      const ElementwiseLayout& layout, int64_t numel, double threshold,
+                                      cudaStream_t stream);
+
 // out = cond ? a : b (cond bool, a, b and out `dtype`).
 cudaError_t launch_where(int dtype, void* out, const void* cond, const void* a, const void* b,
                          const ElementwiseLayout& layout, int64_t numel, cudaStream_t stream);

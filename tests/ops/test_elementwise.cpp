@@ -270,6 +270,45 @@ TEST_CASE("gelu_backward matches PyTorch's gelu gradient, contiguous, strided an
   CHECK_THROWS_WITH_AS(gelu_backward(make({1, 2, 3}, {3}), x), doctest::Contains("same shape"), Error);
 }
 
+TEST_CASE("threshold_backward: grad where self > threshold, else 0, as PyTorch computes relu's gradient") {
+  // torch 1.13's torch.ops.aten.threshold_backward(g, x, t) gives these (float64 and float32): g
+  // where x > t, else 0; a NaN in x passes g on (x <= t is false).
+  const std::vector<double> xs{-2.0, -0.0, 0.0, 0.5, NAN, 0.25, 3.0, -0.5, 0.3, 1.0};
+  const std::vector<double> gs{1.0, 2.0, 3.0, -4.0, 5.0, 6.0, -7.0, 8.0, 9.0, 10.0};
+  const std::vector<double> at_zero{0, 0, 0, -4, 5, 6, -7, 0, 9, 10},
+      at_quarter{0, 0, 0, -4, 5, 0, -7, 0, 9, 10}, at_minus{1, 2, 3, -4, 5, 6, -7, 0, 9, 10};
+  for (DType dtype : {kFloat64, kFloat32, kBFloat16, kFloat16}) {
+    CAPTURE(dtype);
+    Tensor x = make(xs, {10}, dtype), g = make(gs, {10}, dtype);
+    Tensor r = threshold_backward(g, x, 0.0);
+    CHECK(r.dtype() == dtype);
+    check_close(r, at_zero, Tol{0, 0});
+    check_close(threshold_backward(g, x, 0.25), at_quarter, Tol{0, 0});
+    check_close(threshold_backward(g, x, -0.5), at_minus, Tol{0, 0});
+  }
+  // Compared in self's dtype: the threshold 0.3 rounds to 0.30078125 in bfloat16 and to 0.3f in
+  // float32, so self = 0.3 in those dtypes is not above it, though above 0.3 in float64.
+  CHECK(threshold_backward(make({1.0}, {1}, kBFloat16), make({0.3}, {1}, kBFloat16), 0.3).item<double>() ==
+        0.0);
+  CHECK(threshold_backward(make({1.0}, {1}, kFloat32), make({0.3}, {1}, kFloat32), 0.3).item<double>() == 0.0);
+  // Strided operands (a transposed grad, an expanded self) take the strided loop; large ones
+  // run in parallel chunks and stream.
+  Tensor x2 = make(xs, {10}).unsqueeze(1).expand({10, 3});
+  Tensor g2 = make(gs, {10}).unsqueeze(0).expand({3, 10}).t();
+  check_close(threshold_backward(g2, x2, 0.0).select(1, 2), at_zero, Tol{0, 0});
+  Tensor big = randn({1 << 21}), gbig = randn({1 << 21});
+  CHECK(equal(threshold_backward(gbig, big, 0.1), where(big.gt(0.1), gbig, 0.0)));
+  // Mixed dtypes promote; shapes, devices and integer dtypes are checked.
+  CHECK(threshold_backward(make(gs, {10}, kFloat32), make(xs, {10}), 0.0).dtype() == kFloat64);
+  CHECK_THROWS_WITH_AS(threshold_backward(make({1, 2, 3}, {3}), make(xs, {10}), 0.0),
+                       doctest::Contains("threshold_backward: expected grad and input of the same shape"),
+                       Error);
+  CHECK_THROWS_WITH_AS(threshold_backward(make({1, 2}, {2}, kInt64), make({1, 2}, {2}, kInt32), 0.0),
+                       doctest::Contains("threshold_backward: expected floating-point"), Error);
+  CHECK_THROWS_WITH_AS(threshold_backward(Tensor(), make(xs, {10}), 0.0), doctest::Contains("undefined"),
+                       Error);
+}
+
 TEST_CASE("clamp") {
   std::vector<double> data = spread(1000, -10, 10);
   for (DType dtype : kFloatTypes) {

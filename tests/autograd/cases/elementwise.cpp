@@ -90,6 +90,14 @@ std::vector<GradcheckCase> unary_cases() {
                  [] { return inputs(leaf_in(Domain::kAny, {2, 3}, 1190), leaf_in(Domain::kAwayFromZero, {2, 3}, 1191)); },
                  [=](const Inputs& x) { return outputs(gelu_backward(x[0], x[1], approximate)); }, kSecondOrder});
   }
+  // threshold_backward is relu's gradient, differentiated by a second derivative through relu.
+  // self away from the threshold: the mask must not flip under the finite differences.
+  c.push_back(
+      {Op::threshold_backward, "threshold_backward (at 0)",
+       [] {
+         return inputs(leaf_in(Domain::kAny, {2, 3}, 1192), leaf_in(Domain::kAwayFromZero, {2, 3}, 1193));
+       },
+       [](const Inputs& x) { return outputs(threshold_backward(x[0], x[1], 0.0)); }, kSecondOrder});
   add_unary(c, Op::clamp, "clamp min only", [](const Tensor& x) { return x.clamp(-0.3) * x; },
             Domain::kAwayFromZero, 1160);
   add_unary(c, Op::clamp, "clamp max only", [](const Tensor& x) { return x.clamp({}, 0.4) * x; },

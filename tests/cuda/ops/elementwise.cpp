@@ -25,11 +25,12 @@ using test::make;
 using test::pat;
 using test::Tol;
 
-LOOM_CUDA_COVERS(Op::neg, Op::exp, Op::log, Op::log1p, Op::sqrt, Op::rsqrt, Op::abs, Op::sign, Op::sin, Op::cos,
-                 Op::tanh, Op::sigmoid, Op::relu, Op::silu, Op::logical_not, Op::gelu, Op::gelu_backward, Op::clamp,
-                 Op::add, Op::sub, Op::mul, Op::div, Op::pow, Op::maximum, Op::minimum, Op::eq, Op::ne, Op::lt,
-                 Op::le, Op::gt, Op::ge, Op::logical_and, Op::logical_or, Op::where, Op::arange, Op::uniform,
-                 Op::normal, Op::randint, Op::bernoulli);
+LOOM_CUDA_COVERS(Op::neg, Op::exp, Op::log, Op::log1p, Op::sqrt, Op::rsqrt, Op::abs, Op::sign, Op::sin,
+                 Op::cos, Op::tanh, Op::sigmoid, Op::relu, Op::silu, Op::logical_not, Op::gelu,
+                 Op::gelu_backward, Op::threshold_backward, Op::clamp, Op::add, Op::sub, Op::mul, Op::div,
+                 Op::pow, Op::maximum, Op::minimum, Op::eq, Op::ne, Op::lt, Op::le, Op::gt, Op::ge,
+                 Op::logical_and, Op::logical_or, Op::where, Op::arange, Op::uniform, Op::normal, Op::randint,
+                 Op::bernoulli);
 
 const std::vector<DType> kAllDtypes = {kFloat32, kFloat64, kFloat16, kBFloat16, kInt8, kUInt8, kInt32, kInt64, kBool};
 const std::vector<DType> kIntDtypes = {kInt8, kUInt8, kInt32, kInt64};
@@ -188,6 +189,24 @@ TEST_CASE("elementwise: gelu_backward, both approximations") {
         check_cuda_matches_cpu(
             [&](const std::vector<Tensor>& in) { return gelu_backward(in[0], l.view(in[1]), approximate); },
             {values({4, 6}, dt, 0.4), values(l.base, dt, 0.9, 3.0)}, with_backward(false));
+      }
+}
+
+// ---- threshold_backward (relu's gradient) -----------------------------------------------------
+
+TEST_CASE("elementwise: threshold_backward, with the threshold rounded to the dtype") {
+  LOOM_REQUIRE_GPU();
+  for (double threshold : {0.0, 0.3})
+    for (DType dt : cuda_float_dtypes())
+      for (const Layout& l : layouts()) {
+        CAPTURE(threshold);
+        CAPTURE(dt);
+        CAPTURE(l.name);
+        check_cuda_matches_cpu(
+            [&](const std::vector<Tensor>& in) {
+              return threshold_backward(in[0], l.view(in[1]), threshold);
+            },
+            {values({4, 6}, dt, 0.4), values(l.base, dt, 0.9)}, with_backward(false));
       }
 }
 
