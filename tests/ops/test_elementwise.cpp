@@ -276,7 +276,7 @@ TEST_CASE("threshold_backward: grad where self > threshold, else 0, as PyTorch c
   const std::vector<double> xs{-2.0, -0.0, 0.0, 0.5, NAN, 0.25, 3.0, -0.5, 0.3, 1.0};
   const std::vector<double> gs{1.0, 2.0, 3.0, -4.0, 5.0, 6.0, -7.0, 8.0, 9.0, 10.0};
   const std::vector<double> at_zero{0, 0, 0, -4, 5, 6, -7, 0, 9, 10},
-      at_quarter{0, 0, 0, -4, 5, 0, -7, 0, 9, 10}, at_minus{1, 2, 3, -4, 5, 6, -7, 0, 9, 10};
+      at_quarter{0, 0, 0, -4, 5, 0, -7, 0, 9, 10}, at_minus{0, 2, 3, -4, 5, 6, -7, 0, 9, 10};
   for (DType dtype : {kFloat64, kFloat32, kBFloat16, kFloat16}) {
     CAPTURE(dtype);
     Tensor x = make(xs, {10}, dtype), g = make(gs, {10}, dtype);
