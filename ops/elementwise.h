@@ -47,7 +47,8 @@ Tensor gelu(const Tensor& x, std::string_view approximate = "none");
 Tensor gelu_backward(const Tensor& grad, const Tensor& x, std::string_view approximate = "none");
 // self <= threshold ? 0 : grad, elementwise (PyTorch's threshold_backward): relu's gradient is
 // threshold_backward(grad, relu's output, 0). grad and self have one shape and floating dtypes; the
-// result has their promoted dtype. A NaN in self passes grad on, as in PyTorch.
+// result has their promoted dtype, and the threshold is rounded to it before the comparison. A NaN
+// in self passes grad on, as in PyTorch.
 Tensor threshold_backward(const Tensor& grad, const Tensor& self, double threshold);
 Tensor silu(const Tensor& x);
 // At least one bound must be given.

@@ -456,7 +456,7 @@ void threshold_backward_kernel(const Tensor& out, const Tensor& grad, const Tens
   visit_floating_dtype(out.dtype(), "threshold_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
-    // Compared in self's dtype, as PyTorch does: the threshold is rounded to it first.
+    // Compared in the operands' dtype, as PyTorch does: the threshold is rounded to it first.
     const M t = static_cast<M>(static_cast<T>(threshold));
     const bool stream = should_stream(out, {&grad, &self});
     apply<3>({&out, &grad, &self}, kParallelGrain, [&](char* const* p, const int64_t* s, int64_t n) {
