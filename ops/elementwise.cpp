@@ -279,6 +279,15 @@ void check_bool_mask(const Tensor& mask, std::string_view op, std::string_view w
              mask.sizes());
 }
 
+// The operands of a fused backward (gelu_backward, threshold_backward): defined, of one shape,
+// on one device.
+void check_grad_and_input(const Tensor& grad, const Tensor& x, std::string_view op) {
+  LOOM_CHECK(grad.defined() && x.defined(), op, ": undefined grad or input");
+  LOOM_CHECK(grad.sizes() == x.sizes(), op, ": expected grad and input of the same shape, got ", grad.sizes(),
+             " and ", x.sizes());
+  LOOM_CHECK(grad.device() == x.device(), op, ": grad on ", grad.device(), " but input on ", x.device());
+}
+
 Tensor where_impl(const Tensor& cond, const Operand& a, const Operand& b) {
   check_bool_mask(cond, "where", "condition");
   check_operand(a, "where");
@@ -364,10 +373,7 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
 
 Tensor gelu_backward(const Tensor& grad, const Tensor& x, std::string_view approximate) {
   bool use_tanh = gelu_uses_tanh(approximate);
-  LOOM_CHECK(grad.defined() && x.defined(), "gelu_backward: undefined grad or input");
-  LOOM_CHECK(grad.sizes() == x.sizes(), "gelu_backward: expected grad and input of the same shape, got ",
-             grad.sizes(), " and ", x.sizes());
-  LOOM_CHECK(grad.device() == x.device(), "gelu_backward: grad on ", grad.device(), " but input on ", x.device());
+  check_grad_and_input(grad, x, "gelu_backward");
   if (should_record(grad, x)) {
     return recorded<Op::gelu_backward>({grad, x}, GeluAttrs{use_tanh},
                                        [&] { return gelu_backward(grad, x, approximate); });
@@ -380,12 +386,7 @@ Tensor gelu_backward(const Tensor& grad, const Tensor& x, std::string_view appro
 }
 
 Tensor threshold_backward(const Tensor& grad, const Tensor& self, double threshold) {
-  LOOM_CHECK(grad.defined() && self.defined(), "threshold_backward: undefined grad or input");
-  LOOM_CHECK(grad.sizes() == self.sizes(),
-             "threshold_backward: expected grad and input of the same shape, got ", grad.sizes(), " and ",
-             self.sizes());
-  LOOM_CHECK(grad.device() == self.device(), "threshold_backward: grad on ", grad.device(), " but input on ",
-             self.device());
+  check_grad_and_input(grad, self, "threshold_backward");
   const DType compute = promote_types(grad.dtype(), self.dtype());
   LOOM_CHECK(is_floating(compute), "threshold_backward: expected floating-point grad and input, got ",
              grad.dtype(), " and ", self.dtype());

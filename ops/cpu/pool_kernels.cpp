@@ -61,8 +61,7 @@ opmath_t<T> window_sum(const Plane<const T>& in, int64_t h0, int64_t h1, int64_t
 
 // Runs body(first_plane, last_plane) over the N*C planes in parallel chunks sized by `work`
 // (elementary steps per plane). Each chunk runs through with_vector_isa, so that a portable build
-// vectorises the plane loops for the CPU's AVX2 or AVX-512 (the 2x2 max pool ran 4x slower as
-// SSE2 code than natively on an AVX-512 CPU).
+// runs the plane loops as the CPU's AVX2 or AVX-512 code.
 template <class Body>
 void for_planes(int64_t planes, int64_t work, const Body& body) {
   parallel_for(0, planes, grain_for(work),
