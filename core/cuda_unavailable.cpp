@@ -1,6 +1,7 @@
 /* Device queries for a build without the CUDA backend: there are no devices, nothing is
  * allocated, and what would need a device says why it cannot. */
 #include "core/cuda.h"
+#include "core/cuda_graph.h"
 #include "core/error.h"
 
 namespace loom::cuda {
@@ -27,6 +28,34 @@ void record_stream(const void* data, StreamHandle stream) {
 Allocator* host_allocator() {
   LOOM_FAIL("cuda::host_allocator: pinned memory needs the CUDA backend; Loom was built without it "
             "(LOOM_WITH_CUDA=OFF)");
+}
+
+struct CudaGraph::Impl {};
+CudaGraph::CudaGraph() = default;
+CudaGraph::~CudaGraph() = default;
+void CudaGraph::capture_begin() {
+  LOOM_FAIL(
+      "CudaGraph::capture_begin: CUDA graphs need the CUDA backend; Loom was built without it "
+      "(LOOM_WITH_CUDA=OFF)");
+}
+void CudaGraph::capture_end() {
+  LOOM_FAIL("CudaGraph::capture_end: capture_begin was not called");
+}
+void CudaGraph::replay() {
+  LOOM_FAIL("CudaGraph::replay: nothing was captured (Loom was built without CUDA)");
+}
+void CudaGraph::reset() {}
+bool CudaGraph::capturing() const {
+  return false;
+}
+bool CudaGraph::captured() const {
+  return false;
+}
+size_t CudaGraph::num_nodes() const {
+  return 0;
+}
+bool current_stream_capturing() {
+  return false;
 }
 
 }  // namespace loom::cuda

@@ -44,12 +44,19 @@ DimVector broadcast_shape(const Operand& a, const Operand& b, std::string_view o
 
 // A number as a 0-dim tensor of `dtype` on `device`.
 Tensor scalar_tensor_of(Scalar s, DType dtype, Device device) {
+  if (!device.is_cpu()) {
+    // Filled by a kernel that takes the value as an argument: no host-to-device copy for the
+    // host to wait for, and a CUDA graph can capture it.
+    Tensor t = empty({}, TensorOptions(dtype).device(device));
+    t.fill_(s);
+    return t;
+  }
   Tensor t = empty({}, TensorOptions(dtype));
   visit_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     *static_cast<T*>(t.data_ptr()) = s.to<T>();
   });
-  return device.is_cpu() ? t : to(t, device);
+  return t;
 }
 
 // The operand as a kernel input: converted to `dtype` (only if it differs) and expanded to

@@ -42,6 +42,7 @@ struct CudaCachingAllocator::Block {
   size_t size = 0;               // rounded bytes
   size_t requested = 0;          // bytes asked for, while allocated
   cudaStream_t stream = nullptr; // the stream whose pool owns it (the segment's stream)
+  PoolId owner = 0;              // the private (graph) pool of its segment; 0: the shared one
   bool small = false;            // which pool
   bool allocated = false;
   int event_count = 0;           // outstanding events before it may be reused
@@ -51,6 +52,7 @@ struct CudaCachingAllocator::Block {
 };
 
 bool CudaCachingAllocator::BlockOrder::operator()(const Block* a, const Block* b) const {
+  if (a->owner != b->owner) return a->owner < b->owner;
   auto sa = reinterpret_cast<uintptr_t>(a->stream), sb = reinterpret_cast<uintptr_t>(b->stream);
   if (sa != sb) return sa < sb;
   if (a->size != b->size) return a->size < b->size;
@@ -98,16 +100,21 @@ void* CudaCachingAllocator::allocate(size_t nbytes) {
   const size_t rounded = round_size(nbytes);
   std::lock_guard<std::mutex> lock(mutex_);
   ++stats_.num_allocs;
-  process_events();  // blocks whose other-stream work has finished become available
+  // Blocks whose other-stream work has finished become available; not during a capture, whose
+  // events a query may not touch (the deferred ones are handled when it ends).
+  if (!capturing()) process_events();
+  const auto capture = capturing_.find(stream);
+  const PoolId owner = capture == capturing_.end() ? 0 : capture->second;
   Pool& pool = pool_for(rounded);
-  Block* block = find_free_block(pool, stream, rounded);
+  Block* block = find_free_block(pool, owner, stream, rounded);
   if (block) {
     ++stats_.num_cache_hits;
   } else {
-    block = new_segment(pool, stream, rounded, nbytes);
+    block = new_segment(pool, owner, stream, rounded, nbytes);
   }
   if (should_split(block, rounded)) {
     auto* rest = new_block(block->ptr + rounded, block->size - rounded, stream, block->small);
+    rest->owner = block->owner;
     rest->prev = block;
     rest->next = block->next;
     if (rest->next) rest->next->prev = rest;
@@ -127,29 +134,35 @@ void* CudaCachingAllocator::allocate(size_t nbytes) {
   return block->ptr;
 }
 
-CudaCachingAllocator::Block* CudaCachingAllocator::find_free_block(Pool& pool, cudaStream_t stream,
-                                                                   size_t rounded) {
+CudaCachingAllocator::Block* CudaCachingAllocator::find_free_block(Pool& pool, PoolId owner,
+                                                                   cudaStream_t stream, size_t rounded) {
   Block key;
+  key.owner = owner;
   key.stream = stream;
   key.size = rounded;
-  auto it = pool.lower_bound(&key);  // the smallest block of this stream that is large enough
-  if (it == pool.end() || (*it)->stream != stream) return nullptr;
+  auto it = pool.lower_bound(&key);  // the smallest block of this pool and stream that is large enough
+  if (it == pool.end() || (*it)->owner != owner || (*it)->stream != stream) return nullptr;
   Block* block = *it;
   pool.erase(it);
   return block;
 }
 
-CudaCachingAllocator::Block* CudaCachingAllocator::new_segment(Pool& pool, cudaStream_t stream, size_t rounded,
-                                                               size_t nbytes) {
+CudaCachingAllocator::Block* CudaCachingAllocator::new_segment(Pool& pool, PoolId owner, cudaStream_t stream,
+                                                               size_t rounded, size_t nbytes) {
   const size_t size = segment_size(rounded);
   void* p = nullptr;
+  // cudaMalloc is not stream work, so a capture neither records nor needs it; in the default
+  // (global) capture mode it is still refused as "potentially unsafe", hence the relaxed mode.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  LOOM_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
   cudaError_t status = cudaMalloc(&p, size);
-  if (status == cudaErrorMemoryAllocation) {
+  if (status == cudaErrorMemoryAllocation && !capturing()) {  // no segment is freed during a capture
     (void)cudaGetLastError();  // clear it: the retry decides
     // The cached segments of every stream may add up to what is missing: give them back.
     release_cached_segments();
     status = cudaMalloc(&p, size);
   }
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);  // the caller's mode again
   if (status == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
     ++stats_.num_ooms;
@@ -157,6 +170,7 @@ CudaCachingAllocator::Block* CudaCachingAllocator::new_segment(Pool& pool, cudaS
   }
   LOOM_CUDA_CHECK(status);
   auto* block = new_block(static_cast<char*>(p), size, stream, &pool == &small_pool_);
+  block->owner = owner;
   mark(p, size, false);  // nothing in a fresh segment is allocated yet
   ++stats_.num_cuda_mallocs;
   ++stats_.num_segments;
@@ -207,6 +221,8 @@ void CudaCachingAllocator::deallocate(void* ptr, size_t nbytes) {
   mark(block->ptr, block->size, false);
   if (block->stream_uses.empty()) {
     free_block(block);
+  } else if (capturing()) {
+    deferred_.push_back(block);  // its events would be recorded into the capture: they wait for its end
   } else {
     insert_events(block);
   }
@@ -277,6 +293,24 @@ void CudaCachingAllocator::free_block(Block* block) {
     }
   }
   pool.insert(block);
+  // The last block of a released graph pool's segment: the segment goes back to the driver.
+  if (block->owner != 0 && released(block->owner) && !block->prev && !block->next && !capturing()) {
+    pool.erase(block);
+    free_segment(block);
+  }
+}
+
+bool CudaCachingAllocator::released(PoolId owner) const {
+  return owner != 0 && pools_.count(owner) == 0;
+}
+
+void CudaCachingAllocator::free_segment(Block* block) {
+  // cudaFree waits for the device to finish, so no queued kernel (or graph) still uses the segment.
+  if (cudaFree(block->ptr) != cudaSuccess) (void)cudaGetLastError();
+  stats_.reserved_bytes -= block->size;
+  --stats_.num_segments;
+  ++stats_.num_cuda_frees;
+  delete block;
 }
 
 bool CudaCachingAllocator::merge(Block* dst, Block* src) {
@@ -295,21 +329,61 @@ bool CudaCachingAllocator::merge(Block* dst, Block* src) {
 }
 
 void CudaCachingAllocator::release_cached_segments() {
+  if (capturing()) return;  // neither event waits nor cudaFree are allowed during a capture
   synchronize_events();
   for (Pool* pool : {&small_pool_, &large_pool_}) {
     for (auto it = pool->begin(); it != pool->end();) {
       Block* block = *it;
-      if (block->prev || block->next) {  // part of a segment that still has live blocks
+      // Part of a segment that still has live blocks, or of a live graph's pool (its replays
+      // write there).
+      if (block->prev || block->next || (block->owner != 0 && !released(block->owner))) {
         ++it;
         continue;
       }
       it = pool->erase(it);
-      // cudaFree waits for the device to finish, so no queued kernel still uses the segment.
-      if (cudaFree(block->ptr) != cudaSuccess) (void)cudaGetLastError();
-      stats_.reserved_bytes -= block->size;
-      --stats_.num_segments;
-      ++stats_.num_cuda_frees;
-      delete block;
+      free_segment(block);
+    }
+  }
+}
+
+CudaCachingAllocator::PoolId CudaCachingAllocator::create_pool() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const PoolId id = next_pool_++;
+  pools_.insert(id);
+  return id;
+}
+
+void CudaCachingAllocator::begin_allocate_to_pool(PoolId pool, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  LOOM_CHECK(pools_.count(pool) > 0, "cuda caching allocator: graph memory pool ", pool, " does not exist");
+  LOOM_CHECK(capturing_.count(stream) == 0,
+             "cuda caching allocator: the stream already allocates to a graph pool");
+  capturing_[stream] = pool;
+}
+
+void CudaCachingAllocator::end_allocate_to_pool(PoolId pool) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = capturing_.begin(); it != capturing_.end();)
+    it = it->second == pool ? capturing_.erase(it) : std::next(it);
+  if (capturing()) return;
+  std::vector<Block*> deferred;
+  deferred.swap(deferred_);
+  for (Block* block : deferred) insert_events(block);
+}
+
+void CudaCachingAllocator::release_pool(PoolId pool) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  pools_.erase(pool);
+  if (capturing()) return;  // its free segments go at the next empty_cache or block free
+  for (Pool* set : {&small_pool_, &large_pool_}) {
+    for (auto it = set->begin(); it != set->end();) {
+      Block* block = *it;
+      if (block->owner != pool || block->prev || block->next) {
+        ++it;
+        continue;
+      }
+      it = set->erase(it);
+      free_segment(block);
     }
   }
 }

@@ -21,7 +21,16 @@
  *              other streams used (record_stream) is parked at free time behind one event per
  *              such stream and enters the pool only when those events have completed;
  *   OOM        a failed cudaMalloc gives every cached segment back (empty_cache) and retries
- *              once, then throws loom::Error naming the request and the statistics.
+ *              once, then throws loom::Error naming the request and the statistics;
+ *   graphs     while a stream is captured into a CUDA graph (core/cuda_graph.h), its
+ *              allocations come from that graph's private pool (PyTorch's graph pools): the
+ *              graph's replays write to those addresses, so no allocation outside the pool may
+ *              receive them while the graph lives. Blocks freed during or after the capture go
+ *              back to the private pool, where the capture itself reuses them in stream order.
+ *              A released pool's segments are given back (cudaFree) once none of its blocks is
+ *              live. During a capture the allocator makes no call a capture forbids: cudaMalloc
+ *              runs in relaxed capture mode (it is not stream work), and neither events are
+ *              queried nor segments freed until the capture ends.
  *
  * In the emulated ASan build every byte of a segment that no live allocation asked for (free
  * blocks, and the tail between the request and its rounded block size) is poisoned, so a
@@ -74,6 +83,15 @@ class CudaCachingAllocator final : public Allocator {
   // See loom::cuda::record_stream.
   void record_stream(const void* ptr, cudaStream_t stream);
 
+  // CUDA graph memory pools. A pool id names a private pool (0 is the shared one).
+  using PoolId = uint64_t;
+  PoolId create_pool();
+  // Until end_allocate_to_pool, allocations on `stream` come from `pool`.
+  void begin_allocate_to_pool(PoolId pool, cudaStream_t stream);
+  void end_allocate_to_pool(PoolId pool);
+  // The pool's graph is gone: its segments are given back once none of their blocks is live.
+  void release_pool(PoolId pool);
+
   // Test hook: while set, an event query asks this function instead of cudaEventQuery, so
   // that a test can hold a recorded event "not yet complete" (the emulator completes every
   // event when it is recorded). Synchronising (empty_cache) still waits with the real call.
@@ -95,8 +113,11 @@ class CudaCachingAllocator final : public Allocator {
 
   static Block* new_block(char* ptr, size_t size, cudaStream_t stream, bool small);
   Pool& pool_for(size_t rounded) { return rounded <= kSmallSize ? small_pool_ : large_pool_; }
-  Block* find_free_block(Pool& pool, cudaStream_t stream, size_t rounded);
-  Block* new_segment(Pool& pool, cudaStream_t stream, size_t rounded, size_t nbytes);
+  Block* find_free_block(Pool& pool, PoolId owner, cudaStream_t stream, size_t rounded);
+  Block* new_segment(Pool& pool, PoolId owner, cudaStream_t stream, size_t rounded, size_t nbytes);
+  bool capturing() const { return !capturing_.empty(); }
+  bool released(PoolId owner) const;
+  void free_segment(Block* block);  // a whole free segment, out of its pool set, to cudaFree
   bool should_split(const Block* block, size_t rounded) const;
   void free_block(Block* block);  // into its pool, merged with free neighbours
   bool merge(Block* dst, Block* src);
@@ -111,6 +132,10 @@ class CudaCachingAllocator final : public Allocator {
   Pool small_pool_, large_pool_;
   std::map<uintptr_t, Block*> live_;       // allocated blocks by address
   std::vector<PendingEvent> pending_;      // in the order recorded
+  std::vector<Block*> deferred_;           // freed during a capture with other streams' uses
+  std::set<PoolId> pools_;                 // private pools whose graph still lives
+  std::map<cudaStream_t, PoolId> capturing_;  // streams whose allocations go to a private pool
+  PoolId next_pool_ = 1;
   std::function<cudaError_t(cudaEvent_t)> query_for_testing_;
   MemoryStats stats_;
 };

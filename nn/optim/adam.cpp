@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cuda_graph.h"
 #include "core/grad_mode.h"
 #include "nn/optim/step_common.h"
 #include "ops/ops.h"
@@ -116,6 +117,12 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
 
 void Adam::step() {
   const char* name = decoupled_ ? "AdamW" : "Adam";
+  // Each replay of a graph would reuse the captured step's bias corrections, which the step count
+  // kept on the host decides (torch's Adam without capturable=True refuses the same way).
+  LOOM_CHECK(
+      !cuda::current_stream_capturing(), name,
+      ": cannot be captured into a CUDA graph: its step count lives on the host, so every replay would "
+      "repeat the captured step's bias correction. Run optimizer.step() outside the graph, or use SGD");
   NoGradGuard no_grad;
   std::vector<ParamGroup>& groups = param_groups();
   std::vector<AdamHyper> hypers;

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cuda_graph.h"
 #include "core/grad_mode.h"
 #include "nn/optim/step_common.h"
 #include "ops/ops.h"
@@ -122,6 +123,11 @@ void SGD::step() {
         continue;
       }
       ParamState& state = state_of(p);
+      // A captured first step would start the momentum buffer again at every replay.
+      LOOM_CHECK(
+          state.contains(kBuffer) || !cuda::current_stream_capturing(), kName,
+          ": the momentum buffer of parameter ", i, " of group ", g,
+          " does not exist yet; run a step before capturing the optimizer into a CUDA graph (warm-up)");
       SgdBatch& batch = pair[state.contains(kBuffer) ? 0 : 1];
       batch.params.push_back(p);
       batch.grads.push_back(grad.contiguous());

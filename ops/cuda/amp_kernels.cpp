@@ -2,7 +2,7 @@
  * CUDA glue of amp_unscale_and_check_ (ops/amp_ops.h): the values grouped by dtype into lists of
  * at most kMaxUnscaleTensors, one launch per list (ops/cuda/amp.cu). found_inf stays on the
  * device; the caller decides when to read it (GradScaler reads it once per step).
- * Every launch is on the legacy default stream, ordered after the backward that wrote the
+ * Every launch is on the current stream (op_stream.h), ordered after the backward that wrote the
  * gradients and before any later kernel that reads them.
  */
 #include <vector>
@@ -10,6 +10,7 @@
 #include "core/cuda/cuda_check.h"
 #include "ops/cuda/amp_launchers.h"
 #include "ops/cuda/cuda_kernels.h"
+#include "ops/cuda/op_stream.h"
 #include "ops/dispatch.h"
 
 namespace loom::cuda {
@@ -22,7 +23,7 @@ void amp_unscale_and_check_kernel(const std::vector<Tensor>& values, const Tenso
     UnscaleList list;
     auto flush = [&] {
       LOOM_CUDA_CHECK(launch_amp_unscale_and_check(list, static_cast<int>(dtype), found_inf.data_ptr<float>(),
-                                                   inv_scale, nullptr));
+                                                   inv_scale, op_stream()));
       list = UnscaleList{};
     };
     for (const Tensor& v : values) {

@@ -2,13 +2,14 @@
  * CUDA glue of flash_attention and its backward (ops/attention_ops.h): tensors into
  * AttentionArgs for the kernels of ops/cuda/attention.cu. The ops layer has made q, k, v,
  * out and grad_out contiguous and the mask float32 [N, L, S] (strides 0 where broadcast).
- * Every launch is on the legacy default stream, after the kernels that wrote the inputs.
+ * Every launch is on the current stream (op_stream.h), after the kernels that wrote the inputs.
  */
 #include <string_view>
 
 #include "core/cuda/cuda_check.h"
 #include "ops/cuda/attention_launchers.h"
 #include "ops/cuda/cuda_kernels.h"
+#include "ops/cuda/op_stream.h"
 #include "ops/dispatch.h"
 
 namespace loom::cuda {
@@ -45,7 +46,8 @@ AttentionArgs attention_args(const Tensor& q, const Tensor& k, const Tensor& v, 
 void flash_attention_kernel(const Tensor& out, const Tensor& logsumexp, const Tensor& q, const Tensor& k,
                             const Tensor& v, const Tensor& mask, double scale, bool is_causal) {
   const AttentionArgs a = attention_args(q, k, v, mask, scale, is_causal, "flash_attention");
-  LOOM_CUDA_CHECK(launch_flash_attention_forward(a, out.data_ptr(), logsumexp.data_ptr<float>(), nullptr));
+  LOOM_CUDA_CHECK(
+      launch_flash_attention_forward(a, out.data_ptr(), logsumexp.data_ptr<float>(), op_stream()));
 }
 
 void flash_attention_backward_kernel(const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
@@ -54,8 +56,8 @@ void flash_attention_backward_kernel(const Tensor& grad_q, const Tensor& grad_k,
                                      bool is_causal) {
   const AttentionArgs a = attention_args(q, k, v, mask, scale, is_causal, "flash_attention_backward");
   LOOM_CUDA_CHECK(launch_flash_attention_backward(a, grad_out.data_ptr(), out.data_ptr(),
-                                                  logsumexp.data_ptr<float>(), grad_q.data_ptr(), grad_k.data_ptr(),
-                                                  grad_v.data_ptr(), nullptr));
+                                                  logsumexp.data_ptr<float>(), grad_q.data_ptr(),
+                                                  grad_k.data_ptr(), grad_v.data_ptr(), op_stream()));
 }
 
 }  // namespace

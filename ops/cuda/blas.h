@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "ops/cuda/op_stream.h"
 
 namespace loom::cuda {
 
@@ -29,6 +30,6 @@ enum class BlasOp { kN, kT };  // op(X) = X or X^T, as CUBLAS_OP_N / CUBLAS_OP_T
 void gemm_strided_batched(BlasOp transa, BlasOp transb, int64_t m, int64_t n, int64_t k, double alpha,
                           const void* a, int64_t lda, int64_t stride_a, const void* b, int64_t ldb,
                           int64_t stride_b, double beta, void* c, int64_t ldc, int64_t stride_c,
-                          int64_t batch, DType dtype, cudaStream_t stream = nullptr);
+                          int64_t batch, DType dtype, cudaStream_t stream = op_stream());
 
 }  // namespace loom::cuda

@@ -46,7 +46,7 @@ struct LtGemm {
 
 // Runs g on `stream`. False (nothing written) when cuBLASLt's heuristic has no algorithm for it,
 // so that the caller can fall back to cuBLAS; throws loom::Error when a cuBLASLt call fails.
-bool lt_matmul(const LtGemm& g, cudaStream_t stream = nullptr);
+bool lt_matmul(const LtGemm& g, cudaStream_t stream = op_stream());
 
 // cuBLASLt's INT8 GEMM (the IMMA tensor-core kernels), column-major: D (int32, m x n, ld ldd) =
 // A^T B for A int8 k x m (ld lda) and B int8 k x n (ld ldb), exact in int32. "TN" is the only
@@ -63,6 +63,6 @@ struct LtInt8Gemm {
   int32_t* d = nullptr;
   int64_t ldd = 0;
 };
-void lt_matmul_int8(const LtInt8Gemm& g, cudaStream_t stream = nullptr);
+void lt_matmul_int8(const LtInt8Gemm& g, cudaStream_t stream = op_stream());
 
 }  // namespace loom::cuda

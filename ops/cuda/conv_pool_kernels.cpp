@@ -6,8 +6,8 @@
  * arrive NCHW-contiguous or channels_last, and pooling inputs as any view, all of which the
  * kernels read through their strides.
  *
- * Synchronisation: every launch and cuDNN call is on the legacy default stream. The index check of
- * max_pool2d_backward copies its flag back with cudaMemcpy, which waits for the check kernel.
+ * Synchronisation: every launch and cuDNN call is on the current stream (op_stream.h). The index check of
+ * max_pool2d_backward copies its flag back with host_transfer, which waits for the check kernel.
  */
 #include <cstdint>
 
@@ -16,6 +16,7 @@
 #include "ops/cuda/conv_pool_launchers.h"
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/cuda/cudnn_conv.h"
+#include "ops/cuda/op_stream.h"
 #include "ops/dispatch.h"
 #include "ops/factories.h"
 
@@ -124,7 +125,7 @@ void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& w, const Te
   LOOM_CUDA_CHECK(launch_conv2d(code, out.data_ptr(), strides_of(out), x.data_ptr(), strides_of(x),
                                 w.data_ptr(), strides_of(w), bias.defined() ? bias.data_ptr() : nullptr,
                                 bias.defined() ? bias.stride(0) : 0,
-                                conv_geometry(x.sizes(), w.sizes(), out.sizes(), p), nullptr));
+                                conv_geometry(x.sizes(), w.sizes(), out.sizes(), p), op_stream()));
 }
 
 void conv2d_backward_input_kernel(const Tensor& grad_input, const Tensor& grad_out, const Tensor& w,
@@ -137,7 +138,7 @@ void conv2d_backward_input_kernel(const Tensor& grad_input, const Tensor& grad_o
   LOOM_CUDA_CHECK(launch_conv2d_backward_input(
       code, grad_input.data_ptr(), strides_of(grad_input), grad_out.data_ptr(), strides_of(grad_out),
       w.data_ptr(), strides_of(w), conv_geometry(grad_input.sizes(), w.sizes(), grad_out.sizes(), p),
-      nullptr));
+      op_stream()));
 }
 
 // With an empty grad_out or x every sum is empty, and the kernels write zeros. cuDNN's backward
@@ -160,7 +161,7 @@ void conv2d_backward_weight_kernel(const Tensor& grad_weight, const Tensor& grad
       code, grad_weight.data_ptr(), strides_of(grad_weight),
       grad_bias.defined() ? grad_bias.data_ptr() : nullptr, grad_bias.defined() ? grad_bias.stride(0) : 0,
       grad_out.data_ptr(), strides_of(grad_out), x.data_ptr(), strides_of(x),
-      conv_geometry(x.sizes(), grad_weight.sizes(), grad_out.sizes(), p), nullptr));
+      conv_geometry(x.sizes(), grad_weight.sizes(), grad_out.sizes(), p), op_stream()));
 }
 
 // ---- pooling --------------------------------------------------------------------------------
@@ -170,7 +171,7 @@ void max_pool2d_kernel(const Tensor& out, const Tensor& indices, const Tensor& x
   const int code = floating_code(x, "max_pool2d");
   LOOM_CUDA_CHECK(launch_max_pool2d(code, out.data_ptr(), strides_of(out), indices.data_ptr<int64_t>(),
                                     strides_of(indices), x.data_ptr(), strides_of(x),
-                                    pool_geometry(x.sizes(), out.sizes(), &p), nullptr));
+                                    pool_geometry(x.sizes(), out.sizes(), &p), op_stream()));
 }
 
 // Indices are user input here: an index outside its plane is reported, as on the CPU, by a check
@@ -183,9 +184,11 @@ void max_pool2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_out
   const PoolGeometry g = pool_geometry(grad_input.sizes(), grad_out.sizes(), &p);
   Tensor flag = zeros({1}, indices.options().dtype(DType::Int32));
   LOOM_CUDA_CHECK(launch_check_pool_indices(flag.data_ptr<int32_t>(), indices.data_ptr<int64_t>(),
-                                            strides_of(indices), g, nullptr));
+                                            strides_of(indices), g, op_stream()));
   int bad = 0;
-  LOOM_CUDA_CHECK(cudaMemcpy(&bad, flag.data_ptr(), sizeof(int), cudaMemcpyDeviceToHost));
+  // Under a CUDA graph capture the check kernel only records: there is no flag to read yet.
+  if (!op_stream_capturing())
+    host_transfer(&bad, flag.data_ptr(), sizeof(int), cudaMemcpyDeviceToHost, "max_pool2d_backward");
   if (bad != 0) {
     // Name the first bad index in (n, c, oh, ow) order.
     Tensor host = contiguous(indices.to(kCPU));
@@ -198,16 +201,16 @@ void max_pool2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_out
       }
     LOOM_FAIL("max_pool2d_backward: index ", value, " out of range for an input plane of ", g.h, "x", g.w);
   }
-  LOOM_CUDA_CHECK(launch_max_pool2d_backward(code, grad_input.data_ptr(), strides_of(grad_input),
-                                             grad_out.data_ptr(), strides_of(grad_out),
-                                             indices.data_ptr<int64_t>(), strides_of(indices), g, nullptr));
+  LOOM_CUDA_CHECK(launch_max_pool2d_backward(
+      code, grad_input.data_ptr(), strides_of(grad_input), grad_out.data_ptr(), strides_of(grad_out),
+      indices.data_ptr<int64_t>(), strides_of(indices), g, op_stream()));
 }
 
 void avg_pool2d_kernel(const Tensor& out, const Tensor&, const Tensor& x, const Pool2dParams& p) {
   if (out.numel() == 0) return;
   const int code = floating_code(x, "avg_pool2d");
   LOOM_CUDA_CHECK(launch_avg_pool2d(code, out.data_ptr(), strides_of(out), x.data_ptr(), strides_of(x),
-                                    pool_geometry(x.sizes(), out.sizes(), &p), nullptr));
+                                    pool_geometry(x.sizes(), out.sizes(), &p), op_stream()));
 }
 
 void avg_pool2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_out, const Tensor&,
@@ -216,7 +219,7 @@ void avg_pool2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_out
   const int code = floating_code(grad_out, "avg_pool2d_backward");
   LOOM_CUDA_CHECK(launch_avg_pool2d_backward(
       code, grad_input.data_ptr(), strides_of(grad_input), grad_out.data_ptr(), strides_of(grad_out),
-      pool_geometry(grad_input.sizes(), grad_out.sizes(), &p), nullptr));
+      pool_geometry(grad_input.sizes(), grad_out.sizes(), &p), op_stream()));
 }
 
 void adaptive_avg_pool2d_kernel(const Tensor& out, const Tensor& x) {
@@ -224,7 +227,7 @@ void adaptive_avg_pool2d_kernel(const Tensor& out, const Tensor& x) {
   const int code = floating_code(x, "adaptive_avg_pool2d");
   LOOM_CUDA_CHECK(launch_adaptive_avg_pool2d(code, out.data_ptr(), strides_of(out), x.data_ptr(),
                                              strides_of(x), pool_geometry(x.sizes(), out.sizes(), nullptr),
-                                             nullptr));
+                                             op_stream()));
 }
 
 void adaptive_avg_pool2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_out) {
@@ -232,7 +235,7 @@ void adaptive_avg_pool2d_backward_kernel(const Tensor& grad_input, const Tensor&
   const int code = floating_code(grad_out, "adaptive_avg_pool2d_backward");
   LOOM_CUDA_CHECK(launch_adaptive_avg_pool2d_backward(
       code, grad_input.data_ptr(), strides_of(grad_input), grad_out.data_ptr(), strides_of(grad_out),
-      pool_geometry(grad_input.sizes(), grad_out.sizes(), nullptr), nullptr));
+      pool_geometry(grad_input.sizes(), grad_out.sizes(), nullptr), op_stream()));
 }
 
 }  // namespace

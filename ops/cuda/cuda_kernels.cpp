@@ -1,8 +1,8 @@
 /*
- * The C++ side of the CUDA copy and fill kernels, and the registration of every family: turns tensors into the plain layouts of
- * ops/cuda/launchers.h and moves bytes between host and device.
+ * The C++ side of the CUDA copy and fill kernels, and the registration of every family: turns tensors into
+ * the plain layouts of ops/cuda/launchers.h and moves bytes between host and device.
  *
- * Synchronisation: everything runs on the legacy default stream, which orders these
+ * Synchronisation: everything runs on the current stream (op_stream.h), which orders these
  * kernels and copies after all earlier work on the device. cudaMemcpy from or to pageable
  * host memory returns only when the transfer is complete, so the host buffer may be reused
  * (H2D) or read (D2H) right after it.
@@ -12,9 +12,21 @@
 #include "core/cuda/cuda_check.h"
 #include "ops/copy_ops.h"
 #include "ops/cuda/launchers.h"
+#include "ops/cuda/op_stream.h"
 #include "ops/dispatch.h"
 
 namespace loom::cuda {
+
+void host_transfer(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, const char* op) {
+  LOOM_CHECK(
+      !op_stream_capturing(), op,
+      ": a copy between host and CUDA memory during a CUDA graph capture; a graph "
+      "cannot wait for the host. Copy new inputs into the graph's static tensors before replay(), and read "
+      "results after it");
+  LOOM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, op_stream()));
+  // Waits for the copy, and so for the work queued before it on this stream (what wrote a source).
+  LOOM_CUDA_CHECK(cudaStreamSynchronize(op_stream()));
+}
 
 namespace {
 
@@ -38,7 +50,7 @@ StridedLayout layout_of(const Tensor& dst, const Tensor* src) {
 
 void device_copy(const Tensor& dst, const Tensor& src) {
   LOOM_CUDA_CHECK(launch_copy(dst.data_ptr(), static_cast<int>(dst.dtype()), src.data_ptr(),
-                              static_cast<int>(src.dtype()), layout_of(dst, &src), dst.numel(), nullptr));
+                              static_cast<int>(src.dtype()), layout_of(dst, &src), dst.numel(), op_stream()));
 }
 
 void copy_kernel(const Tensor& dst, const Tensor& src) {
@@ -49,7 +61,8 @@ void copy_kernel(const Tensor& dst, const Tensor& src) {
     // if dst is strided.
     Tensor packed = contiguous(to(src, dst.dtype()));
     Tensor staging = dst.is_contiguous() ? dst : empty(dst.sizes(), dst.options());
-    LOOM_CUDA_CHECK(cudaMemcpy(staging.data_ptr(), packed.data_ptr(), packed.nbytes(), cudaMemcpyHostToDevice));
+    host_transfer(staging.data_ptr(), packed.data_ptr(), packed.nbytes(), cudaMemcpyHostToDevice,
+                  "copy to CUDA");
     if (!staging.is_same(dst)) device_copy(dst, staging);
   } else {
     // Device to host: pack on the device, one transfer, then convert/scatter on the host.
@@ -59,14 +72,15 @@ void copy_kernel(const Tensor& dst, const Tensor& src) {
       device_copy(packed, src);
     }
     Tensor host = empty(src.sizes(), src.options().device(kCPU));
-    LOOM_CUDA_CHECK(cudaMemcpy(host.data_ptr(), packed.data_ptr(), packed.nbytes(), cudaMemcpyDeviceToHost));
+    host_transfer(host.data_ptr(), packed.data_ptr(), packed.nbytes(), cudaMemcpyDeviceToHost,
+                  "copy from CUDA");
     copy_(dst, host);
   }
 }
 
 void fill_kernel(const Tensor& dst, Scalar value) {
-  LOOM_CUDA_CHECK(launch_fill(dst.data_ptr(), static_cast<int>(dst.dtype()), layout_of(dst, nullptr), dst.numel(),
-                              value.to_double(), value.to_int(), nullptr));
+  LOOM_CUDA_CHECK(launch_fill(dst.data_ptr(), static_cast<int>(dst.dtype()), layout_of(dst, nullptr),
+                              dst.numel(), value.to_double(), value.to_int(), op_stream()));
 }
 
 }  // namespace

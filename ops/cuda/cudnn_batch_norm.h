@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/tensor.h"
+#include "ops/cuda/op_stream.h"
 
 namespace loom::cuda {
 
@@ -28,13 +29,13 @@ namespace loom::cuda {
 bool cudnn_batch_norm(const Tensor& out, const Tensor& save_mean, const Tensor& save_invstd, const Tensor& x,
                       const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                       const Tensor& running_var, bool training, double momentum, double eps,
-                      cudaStream_t stream = nullptr);
+                      cudaStream_t stream = op_stream());
 
 // grad_input, and grad_weight and grad_bias (float32 [C], or undefined when not wanted), from
 // grad_out and x [N, C, H, W] and the forward's save_mean and save_invstd.
 bool cudnn_batch_norm_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
                                const Tensor& grad_out, const Tensor& x, const Tensor& weight,
                                const Tensor& save_mean, const Tensor& save_invstd,
-                               cudaStream_t stream = nullptr);
+                               cudaStream_t stream = op_stream());
 
 }  // namespace loom::cuda

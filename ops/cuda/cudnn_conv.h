@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/tensor.h"
+#include "ops/cuda/op_stream.h"
 #include "ops/kernel_types.h"
 
 namespace loom::cuda {
@@ -36,6 +37,6 @@ bool cudnn_enabled();
 // problem (another dtype, layout or shape cuDNN does not run): the caller falls back. Throws
 // loom::Error when a cuDNN call fails otherwise.
 bool cudnn_convolution(CudnnConvKind kind, const Tensor& x, const Tensor& w, const Tensor& y,
-                       const Conv2dParams& p, bool accumulate = false, cudaStream_t stream = nullptr);
+                       const Conv2dParams& p, bool accumulate = false, cudaStream_t stream = op_stream());
 
 }  // namespace loom::cuda

@@ -8,7 +8,7 @@
  * runs over as few dims as possible: a contiguous or simply broadcast operand set of any rank
  * becomes one dim (and may take the vectorised kernel).
  *
- * Everything runs on the legacy default stream (nullptr), ordered after all earlier work.
+ * Everything runs on the current stream (op_stream.h), ordered after the work queued there.
  */
 #include <array>
 #include <initializer_list>
@@ -17,6 +17,7 @@
 #include "core/cuda/cuda_check.h"
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/cuda/elementwise_launchers.h"
+#include "ops/cuda/op_stream.h"
 #include "ops/dispatch.h"
 
 namespace loom::cuda {
@@ -77,8 +78,8 @@ bool all_strides_zero(const Tensor& t) {
 
 // ---- unary ----
 void run_unary(UnaryOp op, std::string_view name, const Tensor& out, const Tensor& in) {
-  LOOM_CUDA_CHECK(launch_unary(op, code(in.dtype()), out.data_ptr(), in.data_ptr(), layout_of(name, {&out, &in}),
-                               out.numel(), nullptr));
+  LOOM_CUDA_CHECK(launch_unary(op, code(in.dtype()), out.data_ptr(), in.data_ptr(),
+                               layout_of(name, {&out, &in}), out.numel(), op_stream()));
 }
 
 template <UnaryOp kOp>
@@ -115,15 +116,15 @@ void gelu_kernel(const Tensor& out, const Tensor& in, bool tanh_approximation) {
 void gelu_backward_kernel(const Tensor& out, const Tensor& grad, const Tensor& x, bool tanh_approximation) {
   check_floating("gelu_backward", out.dtype());
   LOOM_CUDA_CHECK(launch_gelu_backward(code(out.dtype()), out.data_ptr(), grad.data_ptr(), x.data_ptr(),
-                                       layout_of("gelu_backward", {&out, &grad, &x}), out.numel(), tanh_approximation,
-                                       nullptr));
+                                       layout_of("gelu_backward", {&out, &grad, &x}), out.numel(),
+                                       tanh_approximation, op_stream()));
 }
 
 void threshold_backward_kernel(const Tensor& out, const Tensor& grad, const Tensor& self, double threshold) {
   check_floating("threshold_backward", out.dtype());
   LOOM_CUDA_CHECK(launch_threshold_backward(
       code(out.dtype()), out.data_ptr(), grad.data_ptr(), self.data_ptr(),
-      layout_of("threshold_backward", {&out, &grad, &self}), out.numel(), threshold, nullptr));
+      layout_of("threshold_backward", {&out, &grad, &self}), out.numel(), threshold, op_stream()));
 }
 
 void clamp_kernel(const Tensor& out, const Tensor& in, const Scalar* min, const Scalar* max) {
@@ -139,15 +140,15 @@ void clamp_kernel(const Tensor& out, const Tensor& in, const Scalar* min, const 
     b.max_float = max->to<double>();
     b.max_int = max->to<int64_t>();
   }
-  LOOM_CUDA_CHECK(launch_clamp(code(out.dtype()), out.data_ptr(), in.data_ptr(), layout_of("clamp", {&out, &in}),
-                               out.numel(), b, nullptr));
+  LOOM_CUDA_CHECK(launch_clamp(code(out.dtype()), out.data_ptr(), in.data_ptr(),
+                               layout_of("clamp", {&out, &in}), out.numel(), b, op_stream()));
 }
 
 // ---- binary ----
 void run_binary(BinaryOp op, std::string_view name, const Tensor& out, const Tensor& a, const Tensor& b) {
   const bool scalar_b = op == BinaryOp::kPow && all_strides_zero(b);
   LOOM_CUDA_CHECK(launch_binary(op, code(a.dtype()), out.data_ptr(), a.data_ptr(), b.data_ptr(),
-                                layout_of(name, {&out, &a, &b}), out.numel(), scalar_b, nullptr));
+                                layout_of(name, {&out, &a, &b}), out.numel(), scalar_b, op_stream()));
 }
 
 void add_kernel(const Tensor& out, const Tensor& a, const Tensor& b) { run_binary(BinaryOp::kAdd, "add", out, a, b); }
@@ -186,13 +187,13 @@ void logical_or_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
 void where_kernel(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
   LOOM_CHECK(cond.dtype() == DType::Bool, "where: expected a bool condition, got ", cond.dtype());
   LOOM_CUDA_CHECK(launch_where(code(out.dtype()), out.data_ptr(), cond.data_ptr(), a.data_ptr(), b.data_ptr(),
-                               layout_of("where", {&out, &cond, &a, &b}), out.numel(), nullptr));
+                               layout_of("where", {&out, &cond, &a, &b}), out.numel(), op_stream()));
 }
 
 // ---- arange and random fills (out contiguous) ----
 void arange_kernel(const Tensor& out, double start, double step) {
   check_not_bool("arange", out.dtype());
-  LOOM_CUDA_CHECK(launch_arange(code(out.dtype()), out.data_ptr(), out.numel(), start, step, nullptr));
+  LOOM_CUDA_CHECK(launch_arange(code(out.dtype()), out.data_ptr(), out.numel(), start, step, op_stream()));
 }
 
 template <RandomOp kOp>
@@ -200,7 +201,8 @@ void random_kernel(const Tensor& out, double a, double b, uint64_t seed, uint64_
   if constexpr (kOp == RandomOp::kUniform) check_floating("uniform_", out.dtype());
   if constexpr (kOp == RandomOp::kNormal) check_floating("normal_", out.dtype());
   if constexpr (kOp == RandomOp::kRandint) check_not_bool("randint", out.dtype());
-  LOOM_CUDA_CHECK(launch_random(kOp, code(out.dtype()), out.data_ptr(), out.numel(), a, b, seed, offset, nullptr));
+  LOOM_CUDA_CHECK(
+      launch_random(kOp, code(out.dtype()), out.data_ptr(), out.numel(), a, b, seed, offset, op_stream()));
 }
 
 }  // namespace

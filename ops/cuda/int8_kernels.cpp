@@ -19,6 +19,7 @@
 #include "ops/cuda/blas_lt.h"
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/cuda/int8_launchers.h"
+#include "ops/cuda/op_stream.h"
 #include "ops/dispatch.h"
 
 namespace loom::cuda {
@@ -34,17 +35,21 @@ void int8_linear_kernel(const Tensor& out, const Tensor& x, const Tensor& w, con
   const int64_t m = x.size(0), k = x.size(1), o = w.size(0);
   const int64_t kp = round_up4(k), op = round_up4(o);
   Tensor xs = device_empty({m, kp}, kInt8);
-  LOOM_CUDA_CHECK(launch_int8_shift_pad(xs.data_ptr<int8_t>(), m, kp, x.data_ptr(), kCodeUInt8, k, -128, nullptr));
+  LOOM_CUDA_CHECK(
+      launch_int8_shift_pad(xs.data_ptr<int8_t>(), m, kp, x.data_ptr(), kCodeUInt8, k, -128, op_stream()));
   Tensor wp = w;
   if (kp != k || op != o || reinterpret_cast<uintptr_t>(w.data_ptr()) % 4 != 0) {
     wp = device_empty({op, kp}, kInt8);
-    LOOM_CUDA_CHECK(launch_int8_shift_pad(wp.data_ptr<int8_t>(), o, kp, w.data_ptr(), kCodeInt8, k, 0, nullptr));
+    LOOM_CUDA_CHECK(
+        launch_int8_shift_pad(wp.data_ptr<int8_t>(), o, kp, w.data_ptr(), kCodeInt8, k, 0, op_stream()));
     // The padded rows o..op: the shift-pad above wrote only the first o rows.
     if (op != o)
-      LOOM_CUDA_CHECK(cudaMemsetAsync(wp.data_ptr<int8_t>() + o * kp, 0, static_cast<size_t>((op - o) * kp), nullptr));
+      LOOM_CUDA_CHECK(cudaMemsetAsync(wp.data_ptr<int8_t>() + o * kp, 0, static_cast<size_t>((op - o) * kp),
+                                      op_stream()));
   }
   Tensor row_sums = device_empty({o}, kInt32);
-  LOOM_CUDA_CHECK(launch_int8_row_sums(row_sums.data_ptr<int32_t>(), w.data_ptr<int8_t>(), o, k, nullptr));
+  LOOM_CUDA_CHECK(
+      launch_int8_row_sums(row_sums.data_ptr<int32_t>(), w.data_ptr<int8_t>(), o, k, op_stream()));
   Tensor acc = device_empty({m, op}, kInt32);
   lt_matmul_int8(LtInt8Gemm{.m = op, .n = m, .k = kp, .a = wp.data_ptr<int8_t>(), .lda = kp,
                             .b = xs.data_ptr<int8_t>(), .ldb = kp, .d = acc.data_ptr<int32_t>(), .ldd = op});
@@ -62,7 +67,7 @@ void int8_linear_kernel(const Tensor& out, const Tensor& x, const Tensor& w, con
   args.cols = o;
   args.output_zero_point = e.output_zero_point;
   args.relu = e.relu;
-  LOOM_CUDA_CHECK(launch_int8_requantize(args, nullptr));
+  LOOM_CUDA_CHECK(launch_int8_requantize(args, op_stream()));
 }
 
 Int8Image image_of(const Tensor& t) {
@@ -90,15 +95,15 @@ void int8_im2col_kernel(const Tensor& out, const Tensor& x, std::array<int64_t, 
                         int32_t pad_value) {
   const int64_t out_h = (x.size(2) + 2 * p.padding[0] - p.dilation[0] * (kernel[0] - 1) - 1) / p.stride[0] + 1;
   const int64_t out_w = (x.size(3) + 2 * p.padding[1] - p.dilation[1] * (kernel[1] - 1) - 1) / p.stride[1] + 1;
-  LOOM_CUDA_CHECK(launch_int8_im2col(out.data_ptr<uint8_t>(), out_h, out_w, x.data_ptr<uint8_t>(), image_of(x),
-                                     window_of(kernel, p.stride, p.padding, p.dilation),
-                                     static_cast<uint8_t>(pad_value), nullptr));
+  LOOM_CUDA_CHECK(launch_int8_im2col(out.data_ptr<uint8_t>(), out_h, out_w, x.data_ptr<uint8_t>(),
+                                     image_of(x), window_of(kernel, p.stride, p.padding, p.dilation),
+                                     static_cast<uint8_t>(pad_value), op_stream()));
 }
 
 void int8_max_pool2d_kernel(const Tensor& out, const Tensor&, const Tensor& x, const Pool2dParams& p) {
   LOOM_CUDA_CHECK(launch_int8_max_pool2d(out.data_ptr(), image_of(out), x.data_ptr(), image_of(x),
                                          static_cast<int>(x.dtype()),
-                                         window_of(p.kernel, p.stride, p.padding, {1, 1}), nullptr));
+                                         window_of(p.kernel, p.stride, p.padding, {1, 1}), op_stream()));
 }
 
 StridedLayout pair_layout(const Tensor& dst, const Tensor& src) {
@@ -115,13 +120,15 @@ StridedLayout pair_layout(const Tensor& dst, const Tensor& src) {
 }
 
 void quantize_kernel(const Tensor& out, const Tensor& in, float scale, int32_t zero_point) {
-  LOOM_CUDA_CHECK(launch_quantize_per_tensor(out.data_ptr(), static_cast<int>(out.dtype()), in.data_ptr<float>(),
-                                             pair_layout(out, in), out.numel(), scale, zero_point, nullptr));
+  LOOM_CUDA_CHECK(launch_quantize_per_tensor(out.data_ptr(), static_cast<int>(out.dtype()),
+                                             in.data_ptr<float>(), pair_layout(out, in), out.numel(), scale,
+                                             zero_point, op_stream()));
 }
 
 void dequantize_kernel(const Tensor& out, const Tensor& in, float scale, int32_t zero_point) {
-  LOOM_CUDA_CHECK(launch_dequantize_per_tensor(out.data_ptr<float>(), in.data_ptr(), static_cast<int>(in.dtype()),
-                                               pair_layout(out, in), out.numel(), scale, zero_point, nullptr));
+  LOOM_CUDA_CHECK(launch_dequantize_per_tensor(out.data_ptr<float>(), in.data_ptr(),
+                                               static_cast<int>(in.dtype()), pair_layout(out, in),
+                                               out.numel(), scale, zero_point, op_stream()));
 }
 
 }  // namespace

@@ -73,7 +73,9 @@ cudaError_t launch(const LaunchConfig& config, const Args&... args) {
         ++index;
       }(),
       ...);
-  auto body = [&] { Kernel(args...); };
+  // The arguments are copied, as a launch copies them: a captured launch runs again at each
+  // replay of its graph, long after this call's arguments are gone.
+  auto body = [args...] { Kernel(args...); };
   loom_emu::LaunchSpec spec{name,
                             reinterpret_cast<const void*>(Kernel),
                             config.grid,
@@ -82,8 +84,7 @@ cudaError_t launch(const LaunchConfig& config, const Args&... args) {
                             config.stream,
                             config.threads == BlockThreads::kIndependent ? loom_emu::BlockThreads::kIndependent
                                                                          : loom_emu::BlockThreads::kCooperative};
-  loom_emu::launch(spec, [](void* p) { (*static_cast<decltype(body)*>(p))(); }, &body);
-  return cudaSuccess;
+  return loom_emu::launch(spec, std::move(body));
 #else
   Kernel<<<config.grid, config.block, config.shared_bytes, config.stream>>>(args...);
   return cudaGetLastError();

@@ -30,6 +30,7 @@
 #include "ops/cuda/blas.h"
 #include "ops/cuda/blas_lt.h"
 #include "ops/cuda/cuda_kernels.h"
+#include "ops/cuda/op_stream.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "ops/linalg.h"
@@ -122,7 +123,7 @@ struct RowMajorGemm {
   // cuBLAS's GEMM, C = op(A) op(B) + beta C.
   void gemm(double beta) const {
     gemm_strided_batched(lt.transa, lt.transb, lt.m, lt.n, lt.k, 1.0, lt.a, lt.lda, lt.stride_a, lt.b, lt.ldb,
-                         lt.stride_b, beta, lt.d, lt.ldd, lt.stride_d, lt.batch, lt.dtype, nullptr);
+                         lt.stride_b, beta, lt.d, lt.ldd, lt.stride_d, lt.batch, lt.dtype, op_stream());
   }
 
   void finish(const Tensor& out) const {
@@ -225,7 +226,7 @@ void linear_weight_grad_kernel(const Tensor& grad_weight, const Tensor& grad_bia
     }
     if (!lt_matmul(lt))
       gemm_strided_batched(lt.transa, lt.transb, k, n, r, 1.0, lt.a, lt.lda, 0, lt.b, lt.ldb, 0, 0.0, lt.d,
-                           lt.ldd, 0, 1, lt.dtype, nullptr);
+                           lt.ldd, 0, 1, lt.dtype, op_stream());
   } else if (grad_weight.numel() > 0) {
     fill_(grad_weight, 0);
   }

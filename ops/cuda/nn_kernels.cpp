@@ -3,16 +3,18 @@
  * batch_norm, nll_loss and their backward functions. Turns tensors into the plain arguments of
  * ops/cuda/nn_launchers.h, allocates the small device buffers the kernels need and registers
  * the kernels. Batch norm of channels_last activations goes to cuDNN first (cudnn_batch_norm.h),
- * whose handle is bound to the same legacy default stream.
+ * whose handle is bound to the same current stream.
  *
  * Target values of nll_loss are checked on the device: a kernel that meets a target outside
  * [0, C) (and not ignore_index) leaves the smallest such batch index in a device word, which is
  * copied back after the launch; the error then names the op, the target and its batch index
- * exactly as the CPU's does. That copy waits for the kernel: one synchronisation per call.
+ * exactly as the CPU's does. That copy waits for the kernel: one synchronisation per call. Under
+ * a CUDA graph capture the kernels only record, so there is nothing to read: the check is left out
+ * of captured steps (core/cuda_graph.h says so).
  *
- * Synchronisation: every launch is on the legacy default stream, so the buffers allocated here
+ * Synchronisation: every launch is on the current stream (op_stream.h), so the buffers allocated here
  * (freed to the caching allocator on return) are not reused before the kernels that use them
- * have run, and the cudaMemcpy of the flag starts only after the kernels that write it.
+ * have run, and the copy of the flag starts only after the kernels that write it.
  */
 #include <cstdint>
 #include <string_view>
@@ -23,6 +25,7 @@
 #include "ops/cuda/cudnn_batch_norm.h"
 #include "ops/cuda/cudnn_conv.h"  // cudnn_enabled
 #include "ops/cuda/nn_launchers.h"
+#include "ops/cuda/op_stream.h"
 #include "ops/dim_geometry.h"
 #include "ops/dispatch.h"
 #include "ops/factories.h"
@@ -50,7 +53,7 @@ template <bool kLog>
 void softmax_kernel(const Tensor& out, const Tensor& x, int64_t dim) {
   const DimGeometry g = geometry_around(x, dim);
   LOOM_CUDA_CHECK(
-      launch_softmax(out.data_ptr(), x.data_ptr(), code(x), kLog, g.outer, g.size, g.inner, nullptr));
+      launch_softmax(out.data_ptr(), x.data_ptr(), code(x), kLog, g.outer, g.size, g.inner, op_stream()));
 }
 
 template <bool kLog>
@@ -58,7 +61,7 @@ void softmax_backward_kernel(const Tensor& grad_input, const Tensor& grad_out, c
                              int64_t dim) {
   const DimGeometry g = geometry_around(out, dim);
   LOOM_CUDA_CHECK(launch_softmax_backward(grad_input.data_ptr(), grad_out.data_ptr(), out.data_ptr(),
-                                          code(out), kLog, g.outer, g.size, g.inner, nullptr));
+                                          code(out), kLog, g.outer, g.size, g.inner, op_stream()));
 }
 
 // ---- layer_norm: x [M, D]
@@ -67,7 +70,7 @@ void layer_norm_kernel(const Tensor& out, const Tensor& mean, const Tensor& rstd
                        const Tensor& weight, const Tensor& bias, double eps) {
   const int64_t m = mean.numel(), d = m == 0 ? 0 : x.numel() / m;
   LOOM_CUDA_CHECK(launch_layer_norm(out.data_ptr(), mean.data_ptr(), rstd.data_ptr(), x.data_ptr(),
-                                    ptr_or_null(weight), ptr_or_null(bias), code(x), m, d, eps, nullptr));
+                                    ptr_or_null(weight), ptr_or_null(bias), code(x), m, d, eps, op_stream()));
 }
 
 void layer_norm_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
@@ -77,7 +80,7 @@ void layer_norm_backward_kernel(const Tensor& grad_input, const Tensor& grad_wei
   LOOM_CUDA_CHECK(launch_layer_norm_backward(grad_input.data_ptr(), mutable_ptr_or_null(grad_weight),
                                              mutable_ptr_or_null(grad_bias), grad_out.data_ptr(),
                                              x.data_ptr(), mean.data_ptr(), rstd.data_ptr(),
-                                             ptr_or_null(weight), code(x), m, d, nullptr));
+                                             ptr_or_null(weight), code(x), m, d, op_stream()));
 }
 
 // ---- batch_norm: x [N, C, S]
@@ -111,7 +114,7 @@ void batch_norm_kernel(const Tensor& out, const Tensor& save_mean, const Tensor&
     if (!training)
       LOOM_CUDA_CHECK(launch_batch_norm_eval_stats(save_mean.data_ptr(), save_invstd.data_ptr(),
                                                    running_stat(running_mean), running_stat(running_var),
-                                                   code(x), x.size(1), eps, nullptr));
+                                                   code(x), x.size(1), eps, op_stream()));
     if (cudnn_batch_norm(out, save_mean, save_invstd, x, weight, bias, running_mean, running_var, training,
                          momentum, eps))
       return;
@@ -121,7 +124,7 @@ void batch_norm_kernel(const Tensor& out, const Tensor& save_mean, const Tensor&
     LOOM_CUDA_CHECK(launch_batch_norm(o.data_ptr(), save_mean.data_ptr(), save_invstd.data_ptr(),
                                       in[0].data_ptr(), ptr_or_null(weight), ptr_or_null(bias),
                                       running_stat(running_mean), running_stat(running_var), code(x), g.n,
-                                      g.c, g.s, training, momentum, eps, nullptr));
+                                      g.c, g.s, training, momentum, eps, op_stream()));
   });
 }
 
@@ -139,7 +142,7 @@ void batch_norm_backward_kernel(const Tensor& grad_input, const Tensor& grad_wei
     LOOM_CUDA_CHECK(launch_batch_norm_backward(
         gi.data_ptr(), mutable_ptr_or_null(grad_weight), mutable_ptr_or_null(grad_bias), in[0].data_ptr(),
         in[1].data_ptr(), ptr_or_null(weight), save_mean.data_ptr(), save_invstd.data_ptr(),
-        workspace.data_ptr(), code(x), g.n, g.c, g.s, nullptr));
+        workspace.data_ptr(), code(x), g.n, g.c, g.s, op_stream()));
   });
 }
 
@@ -148,19 +151,21 @@ void batch_norm_backward_kernel(const Tensor& grad_input, const Tensor& grad_wei
 // A device word for the kernels' smallest bad batch index, initialised to "none".
 Tensor bad_index_flag(const Tensor& target) {
   Tensor flag = empty({1}, target.options().dtype(kInt64));
-  LOOM_CUDA_CHECK(cudaMemset(flag.data_ptr(), 0xff, sizeof(unsigned long long)));
+  LOOM_CUDA_CHECK(cudaMemsetAsync(flag.data_ptr(), 0xff, sizeof(unsigned long long), op_stream()));
   return flag;
 }
 
 // Throws the CPU's error if the kernels recorded a bad target (waits for them: see the top).
+// Not during a CUDA graph capture, whose kernels have not run (core/cuda_graph.h).
 void check_bad_index(const Tensor& flag, const Tensor& target, int64_t classes, std::string_view op) {
+  if (op_stream_capturing()) return;
   unsigned long long bad = 0;
-  LOOM_CUDA_CHECK(cudaMemcpy(&bad, flag.data_ptr(), sizeof bad, cudaMemcpyDeviceToHost));
+  host_transfer(&bad, flag.data_ptr(), sizeof bad, cudaMemcpyDeviceToHost, "nll_loss");
   if (bad == ~0ull) return;
   const int64_t i = static_cast<int64_t>(bad);
   int64_t t = 0;
   const int64_t* at = static_cast<const int64_t*>(target.data_ptr()) + i * target.strides()[0];
-  LOOM_CUDA_CHECK(cudaMemcpy(&t, at, sizeof t, cudaMemcpyDeviceToHost));
+  host_transfer(&t, at, sizeof t, cudaMemcpyDeviceToHost, "nll_loss");
   LOOM_FAIL(op, ": target ", t, " is out of bounds for ", classes, " classes (at batch index ", i, ")");
 }
 
@@ -172,7 +177,7 @@ void nll_loss_kernel(const Tensor& out, const Tensor& total_weight, const Tensor
       out.data_ptr(), reduction == Reduction::None ? out.strides()[0] : 0, total_weight.data_ptr(),
       logp.data_ptr(), logp.strides()[0], logp.strides()[1], static_cast<const int64_t*>(target.data_ptr()),
       target.strides()[0], ptr_or_null(weight), code(logp), n, classes, static_cast<int>(reduction),
-      ignore_index, static_cast<unsigned long long*>(flag.data_ptr()), nullptr));
+      ignore_index, static_cast<unsigned long long*>(flag.data_ptr()), op_stream()));
   check_bad_index(flag, target, classes, "nll_loss");
 }
 
@@ -184,7 +189,8 @@ void nll_loss_backward_kernel(const Tensor& grad_logp, const Tensor& grad_out, c
   LOOM_CUDA_CHECK(launch_nll_loss_backward(
       grad_logp.data_ptr(), grad_out.data_ptr(), static_cast<const int64_t*>(target.data_ptr()),
       target.strides()[0], ptr_or_null(weight), ptr_or_null(total_weight), code(grad_logp), n, classes,
-      static_cast<int>(reduction), ignore_index, static_cast<unsigned long long*>(flag.data_ptr()), nullptr));
+      static_cast<int>(reduction), ignore_index, static_cast<unsigned long long*>(flag.data_ptr()),
+      op_stream()));
   check_bad_index(flag, target, classes, "nll_loss_backward");
 }
 

@@ -1,7 +1,7 @@
 /*
  * CUDA glue of the multi-tensor optimizer ops (ops/optim_ops.h): the tensors grouped by dtype
  * into lists of at most kMax*Tensors, one launch per list (ops/cuda/optim.cu). Every launch is
- * on the legacy default stream, ordered after the backward that wrote the gradients and before
+ * on the current stream (op_stream.h), ordered after the backward that wrote the gradients and before
  * any later kernel that reads the parameters; nothing here waits for the device.
  */
 #include <utility>
@@ -10,6 +10,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/tensor.h"
 #include "ops/cuda/cuda_kernels.h"
+#include "ops/cuda/op_stream.h"
 #include "ops/cuda/optim_launchers.h"
 #include "ops/dispatch.h"
 
@@ -57,7 +58,7 @@ void fused_adam_kernel(const std::vector<Tensor>& params, const std::vector<Tens
         },
         [&](int count) {
           list.count = count;
-          LOOM_CUDA_CHECK(launch_fused_adam(list, static_cast<int>(dtype), args, nullptr));
+          LOOM_CUDA_CHECK(launch_fused_adam(list, static_cast<int>(dtype), args, op_stream()));
           list = AdamList{};
         });
   }
@@ -78,7 +79,7 @@ void fused_sgd_kernel(const std::vector<Tensor>& params, const std::vector<Tenso
         },
         [&](int count) {
           list.count = count;
-          LOOM_CUDA_CHECK(launch_fused_sgd(list, static_cast<int>(dtype), args, nullptr));
+          LOOM_CUDA_CHECK(launch_fused_sgd(list, static_cast<int>(dtype), args, op_stream()));
           list = SgdList{};
         });
   }
@@ -114,16 +115,17 @@ void foreach_norm_reduce_kernel(const Tensor& out, const std::vector<Tensor>& te
   const Tensor partials = empty({total}, TensorOptions(kFloat64).device(out.device()));
   double* next = partials.data_ptr<double>();
   for (const auto& [list, dtype] : lists) {
-    LOOM_CUDA_CHECK(launch_foreach_norm_partials(list, static_cast<int>(dtype), norm_type, next, nullptr));
+    LOOM_CUDA_CHECK(
+        launch_foreach_norm_partials(list, static_cast<int>(dtype), norm_type, next, op_stream()));
     next += int64_t{list.count} * foreach_norm_blocks(list);
   }
   LOOM_CUDA_CHECK(launch_foreach_norm_combine(partials.data_ptr<double>(), total, norm_type,
-                                              out.data_ptr<double>(), nullptr));
+                                              out.data_ptr<double>(), op_stream()));
 }
 
 void foreach_mul_kernel(const std::vector<Tensor>& tensors, const Tensor& scale) {
   for (const auto& [list, dtype] : foreach_lists(tensors))
-    LOOM_CUDA_CHECK(launch_foreach_mul(list, static_cast<int>(dtype), scale.data_ptr<double>(), nullptr));
+    LOOM_CUDA_CHECK(launch_foreach_mul(list, static_cast<int>(dtype), scale.data_ptr<double>(), op_stream()));
 }
 
 }  // namespace

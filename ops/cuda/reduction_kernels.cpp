@@ -8,7 +8,7 @@
  * of a matrix, columns of a matrix and "everything" then each become one or two dims whatever
  * the rank, and the kernels rarely divide to find an element.
  *
- * Synchronisation: every launch is on the legacy default stream, so the workspaces (freed to
+ * Synchronisation: every launch is on the current stream (op_stream.h), so the workspaces (freed to
  * the caching allocator when this function returns) are not reused before the kernels that
  * read them have run.
  */
@@ -18,6 +18,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "ops/cuda/cuda_kernels.h"
+#include "ops/cuda/op_stream.h"
 #include "ops/cuda/reduction_launchers.h"
 #include "ops/dispatch.h"
 #include "ops/reduction_plan.h"
@@ -103,8 +104,8 @@ void sum_like_kernel(const Tensor& out, const Tensor& in, IntArrayRef dims) {
   const ReduceGeometry g = make_geometry(in, dims, op);
   Tensor workspace = workspace_for(g, in);
   const auto launcher = kProd ? launch_prod : launch_sum;
-  LOOM_CUDA_CHECK(launcher(out.data_ptr(), static_cast<int>(out.dtype()), in.data_ptr(), static_cast<int>(in.dtype()),
-                           g, data_or_null(workspace), nullptr));
+  LOOM_CUDA_CHECK(launcher(out.data_ptr(), static_cast<int>(out.dtype()), in.data_ptr(),
+                           static_cast<int>(in.dtype()), g, data_or_null(workspace), op_stream()));
 }
 
 template <bool kMax>
@@ -112,7 +113,7 @@ void extreme_kernel(const Tensor& out, const Tensor& in, IntArrayRef dims) {
   const ReduceGeometry g = make_geometry(in, dims, kMax ? "amax" : "amin");
   Tensor workspace = workspace_for(g, in);
   LOOM_CUDA_CHECK(launch_extreme(out.data_ptr(), in.data_ptr(), static_cast<int>(in.dtype()), kMax, g,
-                                 data_or_null(workspace), nullptr));
+                                 data_or_null(workspace), op_stream()));
 }
 
 void var_kernel(const Tensor& out, const Tensor& in, IntArrayRef dims, int64_t correction) {
@@ -121,7 +122,7 @@ void var_kernel(const Tensor& out, const Tensor& in, IntArrayRef dims, int64_t c
   Tensor workspace = workspace_for(g, in);
   Tensor mean = empty({g.n_out}, in.options().dtype(kFloat64));
   LOOM_CUDA_CHECK(launch_var(out.data_ptr(), in.data_ptr(), static_cast<int>(in.dtype()), correction, g,
-                             mean.data_ptr<double>(), data_or_null(workspace), nullptr));
+                             mean.data_ptr<double>(), data_or_null(workspace), op_stream()));
 }
 
 template <bool kMax>
@@ -131,7 +132,8 @@ void arg_kernel(const Tensor& values, const Tensor& indices, const Tensor& in, i
   const ReduceGeometry g = make_geometry(in, dims, kMax ? "max" : "min");
   Tensor workspace = workspace_for(g, in);
   LOOM_CUDA_CHECK(launch_arg_extreme(values.data_ptr(), indices.data_ptr<int64_t>(), in.data_ptr(),
-                                     static_cast<int>(in.dtype()), kMax, g, data_or_null(workspace), nullptr));
+                                     static_cast<int>(in.dtype()), kMax, g, data_or_null(workspace),
+                                     op_stream()));
 }
 
 }  // namespace

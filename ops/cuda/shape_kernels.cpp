@@ -9,7 +9,7 @@
  * the op, the value and the valid range on every backend; the kernels here read only checked
  * indices and need no device-side flag.
  *
- * Synchronisation: every launch is on the legacy default stream, so pad_backward's
+ * Synchronisation: every launch is on the current stream (op_stream.h), so pad_backward's
  * intermediate buffers (freed to the caching allocator on return) are not reused before the
  * kernels that read them have run.
  */
@@ -21,6 +21,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/numeric_cast.h"
 #include "ops/cuda/cuda_kernels.h"
+#include "ops/cuda/op_stream.h"
 #include "ops/cuda/shape_launchers.h"
 #include "ops/dispatch.h"
 
@@ -71,7 +72,7 @@ void strided_move(const Tensor& dst, const void* src, IntArrayRef src_strides) {
     l.dst_strides[d] = dst.strides()[d];
     l.src_strides[d] = src_strides[d];
   }
-  LOOM_CUDA_CHECK(launch_strided_move(dst.data_ptr(), src, element_size(dst), l, dst.numel(), nullptr));
+  LOOM_CUDA_CHECK(launch_strided_move(dst.data_ptr(), src, element_size(dst), l, dst.numel(), op_stream()));
 }
 
 // ---- cat ------------------------------------------------------------------------------------
@@ -100,7 +101,7 @@ void index_select_kernel(const Tensor& out, const Tensor& in, int64_t dim, const
   index_strides[dim] = index.strides()[0];
   LOOM_CUDA_CHECK(launch_indexed_copy(out.data_ptr(), in.data_ptr(), index_ptr(index), element_size(out),
                                       layout3(out.sizes(), {out.strides(), in_strides, index_strides}),
-                                      in.strides()[dim], nullptr));
+                                      in.strides()[dim], op_stream()));
 }
 
 void gather_kernel(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) {
@@ -109,7 +110,7 @@ void gather_kernel(const Tensor& out, const Tensor& in, int64_t dim, const Tenso
   in_strides[dim] = 0;
   LOOM_CUDA_CHECK(launch_indexed_copy(out.data_ptr(), in.data_ptr(), index_ptr(index), element_size(out),
                                       layout3(index.sizes(), {out.strides(), in_strides, index.strides()}),
-                                      in.strides()[dim], nullptr));
+                                      in.strides()[dim], op_stream()));
 }
 
 // ---- scatter_add and index_add ----------------------------------------------------------------
@@ -121,7 +122,7 @@ void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, con
   out_strides[dim] = 0;
   LOOM_CUDA_CHECK(launch_indexed_add(out.data_ptr(), src.data_ptr(), index_ptr(index), code(out),
                                      layout3(index.sizes(), {out_strides, src.strides(), index.strides()}),
-                                     static_cast<int>(dim), out.strides()[dim], nullptr));
+                                     static_cast<int>(dim), out.strides()[dim], op_stream()));
 }
 
 void index_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
@@ -132,7 +133,7 @@ void index_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, const
   index_strides[dim] = index.strides()[0];
   LOOM_CUDA_CHECK(launch_indexed_add(out.data_ptr(), src.data_ptr(), index_ptr(index), code(out),
                                      layout3(src.sizes(), {out_strides, src.strides(), index_strides}),
-                                     static_cast<int>(dim), out.strides()[dim], nullptr));
+                                     static_cast<int>(dim), out.strides()[dim], op_stream()));
 }
 
 // ---- tril / triu ------------------------------------------------------------------------------
@@ -145,7 +146,7 @@ void triangle_kernel(const Tensor& out, const Tensor& in, int64_t diagonal) {
   diagonal = std::clamp(diagonal, -in.sizes()[nd - 2], in.sizes()[nd - 1]);
   LOOM_CUDA_CHECK(launch_triangle(out.data_ptr(), in.data_ptr(), element_size(out),
                                   layout3(in.sizes(), {out.strides(), in.strides()}), kLower, diagonal,
-                                  nullptr));
+                                  op_stream()));
 }
 
 // ---- flip -------------------------------------------------------------------------------------
@@ -174,7 +175,7 @@ void launch_pad_of(const Tensor& out, const Tensor& in, IntArrayRef pads, PadMod
   for (size_t p = 0; p < pads.size() / 2; ++p) left[nd - 1 - static_cast<int64_t>(p)] = pads[2 * p];
   LOOM_CUDA_CHECK(launch_pad(out.data_ptr(), in.data_ptr(), code(out),
                              layout3(out.sizes(), {out.strides(), in.strides()}), in.sizes().data(), left,
-                             mode == PadMode::Reflect, value, numeric_cast<int64_t>(value), nullptr));
+                             mode == PadMode::Reflect, value, numeric_cast<int64_t>(value), op_stream()));
 }
 
 void pad_kernel(const Tensor& out, const Tensor& in, IntArrayRef pads, PadMode mode, double value) {
@@ -206,7 +207,7 @@ void pad_backward_kernel(const Tensor& grad_input, const Tensor& grad_out, IntAr
     Tensor next = p == pairs - 1 ? grad_input : empty(sizes, g.options());
     LOOM_CUDA_CHECK(launch_reflect_backward_dim(
         next.data_ptr(), g.data_ptr(), code(next), layout3(next.sizes(), {next.strides(), g.strides()}),
-        static_cast<int>(dim), pads[2 * p], pads[2 * p + 1], g.sizes()[dim], nullptr));
+        static_cast<int>(dim), pads[2 * p], pads[2 * p + 1], g.sizes()[dim], op_stream()));
     g = next;
   }
 }

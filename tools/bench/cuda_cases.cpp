@@ -11,6 +11,8 @@
  *   cuda_matmul_bf16_8192    C = A B, 8192^3 bf16 (cuBLAS, f32 accumulation), TFLOP/s
  *   cuda_matmul_f32_4096     the same in float32 with TF32 off
  *   cuda_mlp_train           MLP 784-512-512-10 training step, SGD momentum, batch 128
+ *   cuda_mlp_train_graph     the same step captured into a CUDA graph (core/cuda_graph.h) and
+ *                            replayed: one launch per step instead of one per kernel
  *   cuda_mlp_block_bf16      GPT-2 small's MLP block (768 -> 3072, tanh GELU, -> 768) in bf16,
  *                            forward + backward over 8 x 1024 tokens, tokens/s: one
  *                            linear_activation_linear (DGELU_BGRAD in backward)
@@ -30,6 +32,7 @@
 
 #include "core/autocast.h"
 #include "core/cuda.h"
+#include "core/cuda_graph.h"
 #include "nn/layers/activation.h"
 #include "nn/layers/containers.h"
 #include "nn/layers/linear.h"
@@ -94,6 +97,28 @@ Workload gpt2_small_train(int64_t batch) {
                   static_cast<double>(batch * config.context)};
 }
 
+// The MLP 784-512-512-10 training step at batch 128 (SGD, momentum 0.9), eagerly or replayed
+// from a CUDA graph captured after two warm-up steps (torch.cuda.graph's recipe: the momentum
+// buffers exist before the capture).
+Workload mlp_train(bool cuda_graph) {
+  constexpr int64_t kBatch = 128;
+  auto model = std::make_shared<nn::MLP>(std::vector<int64_t>{784, 512, 512, 10});
+  model->to(gpu());
+  auto optimizer =
+      std::make_shared<nn::SGD>(model->parameters(), nn::SGDOptions{.lr = 0.01, .momentum = 0.9});
+  Tensor input = randn({kBatch, 784}, gpu()), target = randint(0, 10, {kBatch}).to(gpu());
+  auto step = [model, optimizer, input, target] {
+    optimizer->zero_grad();
+    nn::functional::cross_entropy(model->forward(input), target).backward();
+    optimizer->step();
+  };
+  if (!cuda_graph) return Workload{step, static_cast<double>(kBatch)};
+  for (int i = 0; i < 2; ++i) step();
+  auto graph = std::make_shared<cuda::CudaGraph>();
+  cuda::capture(*graph, step);
+  return Workload{[graph] { graph->replay(); }, static_cast<double>(kBatch)};
+}
+
 }  // namespace
 
 std::vector<BenchCase> cuda_cases() {
@@ -141,20 +166,11 @@ std::vector<BenchCase> cuda_cases() {
                         static_cast<double>(n)};
       }));
   c.push_back(gpu_case("cuda_mlp_train", "samples_per_s", "samples/s", 1,
-                       "MLP 784-512-512-10 training step on the GPU, SGD momentum, batch 128", [] {
-                         constexpr int64_t kBatch = 128;
-                         auto model = std::make_shared<nn::MLP>(std::vector<int64_t>{784, 512, 512, 10});
-                         model->to(gpu());
-                         auto optimizer = std::make_shared<nn::SGD>(model->parameters(),
-                                                                    nn::SGDOptions{.lr = 0.01, .momentum = 0.9});
-                         Tensor input = randn({kBatch, 784}, gpu()), target = randint(0, 10, {kBatch}).to(gpu());
-                         return Workload{[model, optimizer, input, target] {
-                                           optimizer->zero_grad();
-                                           nn::functional::cross_entropy(model->forward(input), target).backward();
-                                           optimizer->step();
-                                         },
-                                         static_cast<double>(kBatch)};
-                       }));
+                       "MLP 784-512-512-10 training step on the GPU, SGD momentum, batch 128",
+                       [] { return mlp_train(false); }));
+  c.push_back(gpu_case("cuda_mlp_train_graph", "samples_per_s", "samples/s", 1,
+                       "the same MLP training step captured once into a CUDA graph and replayed",
+                       [] { return mlp_train(true); }));
   c.push_back(gpu_case("cuda_mlp_block_bf16", "tokens_per_s", "tokens/s", 1,
                        "GPT-2 small's MLP block 768-3072-768 with the tanh GELU, bf16, forward + backward, "
                        "8 x 1024 tokens",

@@ -1,6 +1,7 @@
 """PyTorch side of `bench --device cuda` cases that torch_gpu_anchors.py does not cover, on the
 same GPU and with the same shapes as tools/bench/cuda_cases.cpp: add of 2^28 float32, softmax and
-layer norm of 8192 x 8192 bf16, matmul f32 4096 (TF32 off), the MLP training step at batch 128,
+layer norm of 8192 x 8192 bf16, matmul f32 4096 (TF32 off), the MLP training step at batch 128
+(eager and replayed from a CUDA graph),
 batch norm training forward + backward of [32, 64, 56, 56] float32 channels_last, GPT-2 small's
 MLP block (768-3072-768, tanh GELU) in bf16 forward + backward over 8 x 1024 tokens.
 Timed with CUDA events, median of 20 after warm-up. One JSON line per case.
@@ -61,6 +62,21 @@ def step():
 
 s = timed(step)
 emit("mlp_train_b128", samples_per_s=round(128 / s))
+# The same step under torch.cuda.graph (warm-up on a side stream, then capture), as
+# cuda_mlp_train_graph does it.
+side = torch.cuda.Stream()
+side.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(side):
+    for _ in range(3):
+        step()
+torch.cuda.current_stream().wait_stream(side)
+graph = torch.cuda.CUDAGraph()
+opt.zero_grad(set_to_none=True)
+with torch.cuda.graph(graph):
+    F.cross_entropy(model(xi), yi).backward()
+    opt.step()
+s = timed(graph.replay)
+emit("mlp_train_b128_cudagraph", samples_per_s=round(128 / s))
 xb = torch.randn(32, 64, 56, 56, device=dev).contiguous(memory_format=torch.channels_last).requires_grad_()
 gb = torch.randn(32, 64, 56, 56, device=dev).contiguous(memory_format=torch.channels_last)
 wb, bb = torch.ones(64, device=dev, requires_grad=True), torch.zeros(64, device=dev, requires_grad=True)

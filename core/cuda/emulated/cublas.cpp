@@ -24,7 +24,8 @@
  * The matrices are read inside a loom_emu::DeviceAccess, as a kernel would read them, after
  * checking that every byte the call can touch lies in one live device allocation (a host
  * pointer is the illegal address a GPU would fault on, reported here as a loom::Error).
- * Streams run their work when it is enqueued (runtime.cpp), so the call computes synchronously.
+ * The product is work on the handle's stream (device_work.h): it runs at the call, or, while the
+ * stream is captured into a CUDA graph, at each launch of that graph.
  */
 #include <cublas_v2.h>
 
@@ -34,6 +35,7 @@
 #include <cstring>
 
 #include "core/cuda/emulated/device_memory.h"
+#include "core/cuda/emulated/device_work.h"
 #include "core/cuda/emulated/element_io.h"
 #include "core/error.h"
 #include "core/half_bits.h"
@@ -269,54 +271,60 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
     check_device_operand("B", B, Btype, b_rows, b_cols, ldb, strideB, batchCount);
   }
 
-  auto round_input = [&](double v) -> double {
-    switch (plan.rounding) {
-      case InputRounding::kTf32:
-        return round_tf32(static_cast<float>(v));
-      case InputRounding::kHalf:
-        return round_half(static_cast<float>(v));
-      case InputRounding::kBf16:
-        return round_bf16(static_cast<float>(v));
-      case InputRounding::kNone:
-        break;
-    }
-    return v;
-  };
-  // The sum of op(A)[i, :] * op(B)[:, j] in the compute type, in order of p.
-  auto dot = [&](const void* a, const void* b, int i, int j) -> double {
-    const int64_t a_step = transa == CUBLAS_OP_N ? lda : 1, b_step = transb == CUBLAS_OP_N ? 1 : ldb;
-    int64_t ai = transa == CUBLAS_OP_N ? i : static_cast<int64_t>(i) * lda;
-    int64_t bi = transb == CUBLAS_OP_N ? static_cast<int64_t>(j) * ldb : j;
-    if (plan.acc == Accumulate::kDouble) {
-      double acc = 0;
-      for (int p = 0; p < k; ++p, ai += a_step, bi += b_step) acc += load(Atype, a, ai) * load(Btype, b, bi);
+  // The product runs as work on the handle's stream: at once, or at each replay of the graph
+  // that stream is capturing. alpha and beta were read at the call, as cuBLAS reads host scalars.
+  auto compute = [=] {
+    auto round_input = [&](double v) -> double {
+      switch (plan.rounding) {
+        case InputRounding::kTf32:
+          return round_tf32(static_cast<float>(v));
+        case InputRounding::kHalf:
+          return round_half(static_cast<float>(v));
+        case InputRounding::kBf16:
+          return round_bf16(static_cast<float>(v));
+        case InputRounding::kNone:
+          break;
+      }
+      return v;
+    };
+    // The sum of op(A)[i, :] * op(B)[:, j] in the compute type, in order of p.
+    auto dot = [&](const void* a, const void* b, int i, int j) -> double {
+      const int64_t a_step = transa == CUBLAS_OP_N ? lda : 1, b_step = transb == CUBLAS_OP_N ? 1 : ldb;
+      int64_t ai = transa == CUBLAS_OP_N ? i : static_cast<int64_t>(i) * lda;
+      int64_t bi = transb == CUBLAS_OP_N ? static_cast<int64_t>(j) * ldb : j;
+      if (plan.acc == Accumulate::kDouble) {
+        double acc = 0;
+        for (int p = 0; p < k; ++p, ai += a_step, bi += b_step)
+          acc += load(Atype, a, ai) * load(Btype, b, bi);
+        return acc;
+      }
+      float acc = 0;
+      for (int p = 0; p < k; ++p, ai += a_step, bi += b_step) {
+        const float x = static_cast<float>(round_input(load(Atype, a, ai)));
+        const float y = static_cast<float>(round_input(load(Btype, b, bi)));
+        acc = plan.acc == Accumulate::kHalf ? round_half(std::fma(x, y, acc)) : acc + x * y;
+      }
       return acc;
-    }
-    float acc = 0;
-    for (int p = 0; p < k; ++p, ai += a_step, bi += b_step) {
-      const float x = static_cast<float>(round_input(load(Atype, a, ai)));
-      const float y = static_cast<float>(round_input(load(Btype, b, bi)));
-      acc = plan.acc == Accumulate::kHalf ? round_half(std::fma(x, y, acc)) : acc + x * y;
-    }
-    return acc;
-  };
+    };
 
-  loom_emu::DeviceAccess access;  // device memory is readable only while device work runs
-  const size_t a_elem = type_size(Atype), b_elem = type_size(Btype), c_elem = type_size(Ctype);
-  for (int batch = 0; batch < batchCount; ++batch) {
-    const char* a = static_cast<const char*>(A) + batch * strideA * static_cast<long long>(a_elem);
-    const char* b = static_cast<const char*>(B) + batch * strideB * static_cast<long long>(b_elem);
-    char* c = static_cast<char*>(C) + batch * strideC * static_cast<long long>(c_elem);
-    for (int j = 0; j < n; ++j) {
-      for (int i = 0; i < m; ++i) {
-        const int64_t ci = i + static_cast<int64_t>(j) * ldc;
-        double v = read_ab ? alpha_v * dot(a, b, i, j) : 0.0;
-        if (beta_v != 0) v += beta_v * load(Ctype, c, ci);
-        if (plan.acc == Accumulate::kFloat) v = static_cast<float>(v);
-        if (plan.acc == Accumulate::kHalf) v = round_half(static_cast<float>(v));
-        store(Ctype, c, ci, v);
+    loom_emu::DeviceAccess access;  // device memory is readable only while device work runs
+    const size_t a_elem = type_size(Atype), b_elem = type_size(Btype), c_elem = type_size(Ctype);
+    for (int batch = 0; batch < batchCount; ++batch) {
+      const char* a = static_cast<const char*>(A) + batch * strideA * static_cast<long long>(a_elem);
+      const char* b = static_cast<const char*>(B) + batch * strideB * static_cast<long long>(b_elem);
+      char* c = static_cast<char*>(C) + batch * strideC * static_cast<long long>(c_elem);
+      for (int j = 0; j < n; ++j) {
+        for (int i = 0; i < m; ++i) {
+          const int64_t ci = i + static_cast<int64_t>(j) * ldc;
+          double v = read_ab ? alpha_v * dot(a, b, i, j) : 0.0;
+          if (beta_v != 0) v += beta_v * load(Ctype, c, ci);
+          if (plan.acc == Accumulate::kFloat) v = static_cast<float>(v);
+          if (plan.acc == Accumulate::kHalf) v = round_half(static_cast<float>(v));
+          store(Ctype, c, ci, v);
+        }
       }
     }
-  }
-  return CUBLAS_STATUS_SUCCESS;
+  };
+  return loom_emu::submit(handle->stream, compute) == cudaSuccess ? CUBLAS_STATUS_SUCCESS
+                                                                  : CUBLAS_STATUS_EXECUTION_FAILED;
 }

@@ -13,7 +13,10 @@
  *    input GELU_AUX stored in forward); DGELU_BGRAD also stores the sums of that result over
  *    D's columns (one per row of D: the gradient of the forward's bias) to the bias pointer;
  *  - the accumulator lives in the workspace when the heuristic's algorithm asked for one (it
- *    asks when the preference's MAX_WORKSPACE_BYTES allows), else in a temporary allocation.
+ *    asks when the preference's MAX_WORKSPACE_BYTES allows), else in a temporary allocation;
+ *  - the arguments are checked at the call, and the product runs as work on the call's stream
+ *    (device_work.h) with copies of the descriptors and of alpha and beta, so that a call
+ *    captured into a CUDA graph computes at each replay what it would have computed at the call.
  * Rejected as cuBLASLt rejects them: a null handle (CUBLAS_STATUS_NOT_INITIALIZED); null
  * descriptors, pointers or scalars, a leading dimension below the rows, layouts whose sizes do
  * not make op(A) m x k, op(B) k x n and C, D m x n, differing batch counts, a missing bias or aux
@@ -41,6 +44,7 @@
 #include <vector>
 
 #include "core/cuda/emulated/device_memory.h"
+#include "core/cuda/emulated/device_work.h"
 #include "core/cuda/emulated/element_io.h"
 #include "core/error.h"
 
@@ -222,33 +226,55 @@ int64_t matrix_extent(const cublasLtMatrixLayoutOpaque_t* l) {  // elements a st
          static_cast<int64_t>(l->rows);
 }
 
-// The INT8 product (see the file comment), after check_problem accepted it: sum_q A[q, i] B[q, j]
-// (A transposed) in int32 per batch, then D from it, alpha, beta and C.
-cublasStatus_t int8_matmul(const Problem& p, const void* alpha,
-                           const void* A, const cublasLtMatrixLayoutOpaque_t* a, const void* B,
-                           const cublasLtMatrixLayoutOpaque_t* b, const void* beta, const void* C,
-                           const cublasLtMatrixLayoutOpaque_t* c, void* D, const cublasLtMatrixLayoutOpaque_t* d) {
-  for (const void* ptr : {A, B, C, static_cast<const void*>(D)})
+// One cublasLtMatmul as its work holds it: copies of the descriptors and of the host scalars
+// alpha and beta, which CUDA reads at the call (a captured call runs again at each replay).
+struct MatmulCall {
+  cublasLtMatmulDescOpaque_t desc;
+  cublasLtMatrixLayoutOpaque_t a, b, c, d;
+  Problem p;
+  const void *A, *B, *C;
+  void* D;
+  unsigned char alpha[8], beta[8];  // the scale type's bytes
+  cublasHandle_t blas;              // the reference GEMM
+  cudaStream_t stream;
+  void* workspace;  // the accumulator, when the algorithm asked for one
+};
+
+// INT8's requirements on the pointers and their reach, at the call as cuBLASLt checks them.
+cublasStatus_t check_int8(const MatmulCall& m) {
+  for (const void* ptr : {m.A, m.B, m.C, static_cast<const void*>(m.D)})
     if (reinterpret_cast<uintptr_t>(ptr) % 4 != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+  const auto d_type = static_cast<cudaDataType>(m.d.type);
+  check_device("A", m.A, matrix_extent(&m.a), CUDA_R_8I);
+  check_device("B", m.B, matrix_extent(&m.b), CUDA_R_8I);
+  check_device("D", m.D, matrix_extent(&m.d), d_type);
+  int32_t beta_i = 0;
+  float beta_f = 0;
+  std::memcpy(&beta_i, m.beta, sizeof(beta_i));
+  std::memcpy(&beta_f, m.beta, sizeof(beta_f));
+  if (m.d.type == CUDA_R_32I ? beta_i != 0 : beta_f != 0) check_device("C", m.C, matrix_extent(&m.c), d_type);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// The INT8 product (see the file comment), after check_problem and check_int8 accepted it:
+// sum_q A[q, i] B[q, j] (A transposed) in int32 per batch, then D from it, alpha, beta and C.
+void run_int8(const MatmulCall& m) {
+  const Problem& p = m.p;
+  const auto *a = &m.a, *b = &m.b, *c = &m.c, *d = &m.d;
   const bool int_out = d->type == CUDA_R_32I;
-  const auto d_type = static_cast<cudaDataType>(d->type);
   int32_t alpha_i = 0, beta_i = 0;
   float alpha_f = 0, beta_f = 0;
   if (int_out) {
-    std::memcpy(&alpha_i, alpha, sizeof(alpha_i));
-    std::memcpy(&beta_i, beta, sizeof(beta_i));
+    std::memcpy(&alpha_i, m.alpha, sizeof(alpha_i));
+    std::memcpy(&beta_i, m.beta, sizeof(beta_i));
   } else {
-    std::memcpy(&alpha_f, alpha, sizeof(alpha_f));
-    std::memcpy(&beta_f, beta, sizeof(beta_f));
+    std::memcpy(&alpha_f, m.alpha, sizeof(alpha_f));
+    std::memcpy(&beta_f, m.beta, sizeof(beta_f));
   }
   const bool reads_c = int_out ? beta_i != 0 : beta_f != 0;
-  check_device("A", A, matrix_extent(a), CUDA_R_8I);
-  check_device("B", B, matrix_extent(b), CUDA_R_8I);
-  check_device("D", D, matrix_extent(d), d_type);
-  if (reads_c) check_device("C", C, matrix_extent(c), d_type);
   loom_emu::DeviceAccess access;
-  const auto* ap = static_cast<const int8_t*>(A);
-  const auto* bp = static_cast<const int8_t*>(B);
+  const auto* ap = static_cast<const int8_t*>(m.A);
+  const auto* bp = static_cast<const int8_t*>(m.B);
   for (int bt = 0; bt < p.batch; ++bt)
     for (int64_t j = 0; j < p.n; ++j)
       for (int64_t i = 0; i < p.m; ++i) {
@@ -257,19 +283,21 @@ cublasStatus_t int8_matmul(const Problem& p, const void* alpha,
         for (int64_t q = 0; q < p.k; ++q)
           sum += static_cast<uint32_t>(int32_t{ap[bt * a->batch_stride + q + i * a->ld]} *
                                        int32_t{bp[bt * b->batch_stride + q + j * b->ld]});
-        const int64_t c_at = bt * c->batch_stride + i + j * c->ld, d_at = bt * d->batch_stride + i + j * d->ld;
+        const int64_t c_at = bt * c->batch_stride + i + j * c->ld,
+                      d_at = bt * d->batch_stride + i + j * d->ld;
         if (int_out) {
           uint32_t v = static_cast<uint32_t>(alpha_i) * sum;
-          if (reads_c) v += static_cast<uint32_t>(beta_i) * static_cast<uint32_t>(static_cast<const int32_t*>(C)[c_at]);
-          static_cast<int32_t*>(D)[d_at] = static_cast<int32_t>(v);
+          if (reads_c)
+            v +=
+                static_cast<uint32_t>(beta_i) * static_cast<uint32_t>(static_cast<const int32_t*>(m.C)[c_at]);
+          static_cast<int32_t*>(m.D)[d_at] = static_cast<int32_t>(v);
         } else {
           float v = alpha_f * static_cast<float>(static_cast<int32_t>(sum));
-          if (reads_c) v += beta_f * static_cast<float>(static_cast<const int8_t*>(C)[c_at]);
+          if (reads_c) v += beta_f * static_cast<float>(static_cast<const int8_t*>(m.C)[c_at]);
           v = std::nearbyint(std::min(127.0f, std::max(-128.0f, v)));
-          static_cast<int8_t*>(D)[d_at] = static_cast<int8_t>(v);
+          static_cast<int8_t*>(m.D)[d_at] = static_cast<int8_t>(v);
         }
       }
-  return CUBLAS_STATUS_SUCCESS;
 }
 
 double gelu_tanh(double x, bool f64) {
@@ -287,6 +315,132 @@ double gelu_tanh_derivative(double x, bool f64) {
   const float xf = static_cast<float>(x), s = 0.7978845608028654f, c = 0.044715f;
   const float t = std::tanh(s * (xf + c * xf * xf * xf));
   return 0.5f * (1.0f + t) + 0.5f * xf * (1.0f - t * t) * s * (1.0f + 3.0f * c * xf * xf);
+}
+
+// The reach of every operand of a float matmul, checked at the call as a GPU would fault on it.
+void check_float_operands(const MatmulCall& m) {
+  const Problem& p = m.p;
+  const uint32_t e = m.desc.epilogue;
+  const auto d_type = static_cast<cudaDataType>(m.d.type);
+  const bool f64 = double_accumulator(&m.desc);
+  double alpha_v = 0, beta_v = 0;
+  if (f64) {
+    std::memcpy(&alpha_v, m.alpha, 8);
+    std::memcpy(&beta_v, m.beta, 8);
+  } else {
+    float a, b;
+    std::memcpy(&a, m.alpha, 4);
+    std::memcpy(&b, m.beta, 4);
+    alpha_v = a, beta_v = b;
+  }
+  if (alpha_v != 0 && p.k > 0) {
+    check_device("A", m.A, matrix_extent(&m.a), static_cast<cudaDataType>(m.a.type));
+    check_device("B", m.B, matrix_extent(&m.b), static_cast<cudaDataType>(m.b.type));
+  }
+  const auto bias_type = static_cast<cudaDataType>(effective(m.desc.bias_type, static_cast<int32_t>(d_type)));
+  const int64_t bias_len = e == CUBLASLT_EPILOGUE_BGRADB ? p.n : p.m;  // DGELU_BGRAD: D's rows
+  check_device("D", m.D, matrix_extent(&m.d), d_type);
+  if (beta_v != 0) check_device("C", m.C, matrix_extent(&m.c), static_cast<cudaDataType>(m.c.type));
+  if (has_bias(e) || has_bgrad(e) || has_dbgrad(e))
+    check_device("the bias vector", m.desc.bias, (p.batch - 1) * m.desc.bias_batch_stride + bias_len,
+                 bias_type);
+  if (has_aux(e))
+    check_device("the aux matrix", m.desc.aux,
+                 (p.batch - 1) * m.desc.aux_batch_stride + (p.n - 1) * m.desc.aux_ld + p.m, d_type);
+  if (has_bgrad(e)) {
+    const auto& l = e == CUBLASLT_EPILOGUE_BGRADA ? m.a : m.b;
+    check_device(e == CUBLASLT_EPILOGUE_BGRADA ? "A" : "B", e == CUBLASLT_EPILOGUE_BGRADA ? m.A : m.B,
+                 matrix_extent(&l), static_cast<cudaDataType>(l.type));
+  }
+}
+
+// The float matmul, after check_problem and check_float_operands accepted it: the reference GEMM
+// into the accumulator, then the epilogue and the one rounding to D's type.
+void run_float(const MatmulCall& m) {
+  const Problem& p = m.p;
+  const bool f64 = double_accumulator(&m.desc);
+  double beta_v = 0;
+  if (f64) {
+    std::memcpy(&beta_v, m.beta, 8);
+  } else {
+    float b;
+    std::memcpy(&b, m.beta, 4);
+    beta_v = b;
+  }
+  const cudaDataType acc_type = f64 ? CUDA_R_64F : CUDA_R_32F;
+  const auto d_type = static_cast<cudaDataType>(m.d.type);
+  const uint32_t e = m.desc.epilogue;
+  const auto bias_type = static_cast<cudaDataType>(effective(m.desc.bias_type, static_cast<int32_t>(d_type)));
+  const int64_t bias_len = e == CUBLASLT_EPILOGUE_BGRADB ? p.n : p.m;
+
+  // The product alpha op(A) op(B) in the compute type, into the workspace or a temporary (this
+  // runs as device work, so the allocation is the emulator's, not a call a capture would see).
+  void* acc = m.workspace;
+  if (acc == nullptr && cudaMalloc(&acc, accumulator_bytes(&m.desc, p)) != cudaSuccess)
+    LOOM_FAIL("cublasLtMatmul: CUBLAS_STATUS_ALLOC_FAILED: no device memory for the accumulator");
+  const double zero = 0.0;
+  const float zero_f = 0.0f;
+  cublasSetStream(m.blas, m.stream);
+  const cublasStatus_t s = cublasGemmStridedBatchedEx(
+      m.blas, static_cast<cublasOperation_t>(m.desc.transa), static_cast<cublasOperation_t>(m.desc.transb),
+      static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k), m.alpha, m.A,
+      static_cast<cudaDataType>(m.a.type), static_cast<int>(m.a.ld), m.a.batch_stride, m.B,
+      static_cast<cudaDataType>(m.b.type), static_cast<int>(m.b.ld), m.b.batch_stride,
+      f64 ? static_cast<const void*>(&zero) : static_cast<const void*>(&zero_f), acc, acc_type,
+      static_cast<int>(p.m), p.m * p.n, p.batch, static_cast<cublasComputeType_t>(m.desc.compute),
+      CUBLAS_GEMM_DEFAULT);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    if (m.workspace == nullptr) cudaFree(acc);
+    LOOM_FAIL("cublasLtMatmul: the reference GEMM failed with ", cublasGetStatusName(s));
+  }
+  {
+    loom_emu::DeviceAccess access;  // device memory is readable only while device work runs
+    auto round = [&](double v) { return f64 ? v : static_cast<double>(static_cast<float>(v)); };
+    std::vector<double> row_sums;  // DGELU_BGRAD's bias gradient, per row of D
+    for (int b = 0; b < p.batch; ++b) {
+      row_sums.assign(has_dbgrad(e) ? static_cast<size_t>(p.m) : 0, 0.0);
+      const int64_t acc_off = b * p.m * p.n, d_off = b * m.d.batch_stride, c_off = b * m.c.batch_stride;
+      for (int64_t j = 0; j < p.n; ++j) {
+        for (int64_t i = 0; i < p.m; ++i) {
+          double v = load(acc_type, acc, acc_off + i + j * p.m);
+          if (beta_v != 0)
+            v = round(v + beta_v * load(static_cast<cudaDataType>(m.c.type), m.C, c_off + i + j * m.c.ld));
+          if (has_bias(e)) v = round(v + load(bias_type, m.desc.bias, b * m.desc.bias_batch_stride + i));
+          const int64_t aux_at = b * m.desc.aux_batch_stride + i + j * m.desc.aux_ld;
+          if (has_dgelu(e)) {  // aux is the forward's GELU input, read
+            v = round(v * gelu_tanh_derivative(load(d_type, m.desc.aux, aux_at), f64));
+            if (has_dbgrad(e)) row_sums[static_cast<size_t>(i)] = round(row_sums[static_cast<size_t>(i)] + v);
+          } else if (has_aux(e)) {  // GELU_AUX: aux gets the GELU input, written
+            store(d_type, m.desc.aux, aux_at, v);
+          }
+          if (has_relu(e)) v = v > 0 ? v : 0.0;
+          if (has_gelu(e)) v = gelu_tanh(v, f64);
+          store(d_type, m.D, d_off + i + j * m.d.ld, v);
+        }
+      }
+      if (has_dbgrad(e))
+        for (int64_t i = 0; i < p.m; ++i)
+          store(bias_type, m.desc.bias, b * m.desc.bias_batch_stride + i, row_sums[static_cast<size_t>(i)]);
+      if (has_bgrad(e)) {
+        // The sums over k of op(A)'s rows (BGRADA) or op(B)'s columns (BGRADB).
+        const bool from_a = e == CUBLASLT_EPILOGUE_BGRADA;
+        const auto* l = from_a ? &m.a : &m.b;
+        const void* src = from_a ? m.A : m.B;
+        const bool transposed = (from_a ? m.desc.transa : m.desc.transb) != CUBLAS_OP_N;
+        for (int64_t v_i = 0; v_i < bias_len; ++v_i) {
+          double sum = 0;
+          for (int64_t q = 0; q < p.k; ++q) {
+            // op(A)[v_i, q] or op(B)[q, v_i], as stored.
+            const int64_t r = from_a != transposed ? v_i : q, c = from_a != transposed ? q : v_i;
+            sum = round(sum +
+                        load(static_cast<cudaDataType>(l->type), src, b * l->batch_stride + r + c * l->ld));
+          }
+          store(bias_type, m.desc.bias, b * m.desc.bias_batch_stride + v_i, sum);
+        }
+      }
+    }
+  }
+  if (m.workspace == nullptr) cudaFree(acc);
 }
 
 }  // namespace
@@ -473,92 +627,35 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
   if (workspaceSizeInBytes < algo_workspace || (algo_workspace > 0 && workspace == nullptr))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (p.m == 0 || p.n == 0 || p.batch == 0) return CUBLAS_STATUS_SUCCESS;
-  if (is_int8(desc)) return int8_matmul(p, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc);
-
-  const bool f64 = double_accumulator(desc);
-  const double alpha_v = f64 ? *static_cast<const double*>(alpha) : *static_cast<const float*>(alpha);
-  const double beta_v = f64 ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
-  const cudaDataType acc_type = f64 ? CUDA_R_64F : CUDA_R_32F;
-  const auto d_type = static_cast<cudaDataType>(Ddesc->type);
-  const uint32_t e = desc->epilogue;
-
-  // The product alpha op(A) op(B) in the compute type, into the workspace or a temporary.
-  void* acc = algo_workspace > 0 ? workspace : nullptr;
-  if (acc == nullptr && cudaMalloc(&acc, accumulator_bytes(desc, p)) != cudaSuccess)
-    return CUBLAS_STATUS_ALLOC_FAILED;
-  const double zero = 0.0;
-  const float zero_f = 0.0f;
-  cublasSetStream(lightHandle->blas, stream);
-  cublasStatus_t s = cublasGemmStridedBatchedEx(
-      lightHandle->blas, static_cast<cublasOperation_t>(desc->transa), static_cast<cublasOperation_t>(desc->transb),
-      static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k), alpha, A,
-      static_cast<cudaDataType>(Adesc->type), static_cast<int>(Adesc->ld), Adesc->batch_stride, B,
-      static_cast<cudaDataType>(Bdesc->type), static_cast<int>(Bdesc->ld), Bdesc->batch_stride,
-      f64 ? static_cast<const void*>(&zero) : static_cast<const void*>(&zero_f), acc, acc_type,
-      static_cast<int>(p.m), p.m * p.n, p.batch, static_cast<cublasComputeType_t>(desc->compute),
-      CUBLAS_GEMM_DEFAULT);
-
-  if (s == CUBLAS_STATUS_SUCCESS) {
-    const auto bias_type = static_cast<cudaDataType>(effective(desc->bias_type, static_cast<int32_t>(d_type)));
-    const int64_t bias_len = e == CUBLASLT_EPILOGUE_BGRADB ? p.n : p.m;  // DGELU_BGRAD: D's rows
-    check_device("D", D, matrix_extent(Ddesc), d_type);
-    if (beta_v != 0) check_device("C", C, matrix_extent(Cdesc), static_cast<cudaDataType>(Cdesc->type));
-    if (has_bias(e) || has_bgrad(e) || has_dbgrad(e))
-      check_device("the bias vector", desc->bias, (p.batch - 1) * desc->bias_batch_stride + bias_len, bias_type);
-    if (has_aux(e))
-      check_device("the aux matrix", desc->aux, (p.batch - 1) * desc->aux_batch_stride + (p.n - 1) * desc->aux_ld + p.m,
-                   d_type);
-    if (has_bgrad(e)) {
-      const auto* l = e == CUBLASLT_EPILOGUE_BGRADA ? Adesc : Bdesc;
-      check_device(e == CUBLASLT_EPILOGUE_BGRADA ? "A" : "B", e == CUBLASLT_EPILOGUE_BGRADA ? A : B,
-                   matrix_extent(l), static_cast<cudaDataType>(l->type));
-    }
-
-    loom_emu::DeviceAccess access;  // device memory is readable only while device work runs
-    auto round = [&](double v) { return f64 ? v : static_cast<double>(static_cast<float>(v)); };
-    std::vector<double> row_sums;  // DGELU_BGRAD's bias gradient, per row of D
-    for (int b = 0; b < p.batch; ++b) {
-      row_sums.assign(has_dbgrad(e) ? static_cast<size_t>(p.m) : 0, 0.0);
-      const int64_t acc_off = b * p.m * p.n, d_off = b * Ddesc->batch_stride, c_off = b * Cdesc->batch_stride;
-      for (int64_t j = 0; j < p.n; ++j) {
-        for (int64_t i = 0; i < p.m; ++i) {
-          double v = load(acc_type, acc, acc_off + i + j * p.m);
-          if (beta_v != 0)
-            v = round(v + beta_v * load(static_cast<cudaDataType>(Cdesc->type), C, c_off + i + j * Cdesc->ld));
-          if (has_bias(e)) v = round(v + load(bias_type, desc->bias, b * desc->bias_batch_stride + i));
-          const int64_t aux_at = b * desc->aux_batch_stride + i + j * desc->aux_ld;
-          if (has_dgelu(e)) {  // aux is the forward's GELU input, read
-            v = round(v * gelu_tanh_derivative(load(d_type, desc->aux, aux_at), f64));
-            if (has_dbgrad(e)) row_sums[static_cast<size_t>(i)] = round(row_sums[static_cast<size_t>(i)] + v);
-          } else if (has_aux(e)) {  // GELU_AUX: aux gets the GELU input, written
-            store(d_type, desc->aux, aux_at, v);
-          }
-          if (has_relu(e)) v = v > 0 ? v : 0.0;
-          if (has_gelu(e)) v = gelu_tanh(v, f64);
-          store(d_type, D, d_off + i + j * Ddesc->ld, v);
-        }
-      }
-      if (has_dbgrad(e))
-        for (int64_t i = 0; i < p.m; ++i)
-          store(bias_type, desc->bias, b * desc->bias_batch_stride + i, row_sums[static_cast<size_t>(i)]);
-      if (has_bgrad(e)) {
-        // The sums over k of op(A)'s rows (BGRADA) or op(B)'s columns (BGRADB).
-        const bool from_a = e == CUBLASLT_EPILOGUE_BGRADA;
-        const auto* l = from_a ? Adesc : Bdesc;
-        const void* src = from_a ? A : B;
-        const bool transposed = (from_a ? desc->transa : desc->transb) != CUBLAS_OP_N;
-        for (int64_t v_i = 0; v_i < bias_len; ++v_i) {
-          double sum = 0;
-          for (int64_t q = 0; q < p.k; ++q) {
-            // op(A)[v_i, q] or op(B)[q, v_i], as stored.
-            const int64_t r = from_a != transposed ? v_i : q, c = from_a != transposed ? q : v_i;
-            sum = round(sum + load(static_cast<cudaDataType>(l->type), src, b * l->batch_stride + r + c * l->ld));
-          }
-          store(bias_type, desc->bias, b * desc->bias_batch_stride + v_i, sum);
-        }
-      }
-    }
+  MatmulCall call{*desc,
+                  *Adesc,
+                  *Bdesc,
+                  *Cdesc,
+                  *Ddesc,
+                  p,
+                  A,
+                  B,
+                  C,
+                  D,
+                  {},
+                  {},
+                  lightHandle->blas,
+                  stream,
+                  algo_workspace > 0 ? workspace : nullptr};
+  const size_t scale_bytes = double_accumulator(desc) ? 8 : 4;  // double, or float / int32
+  std::memcpy(call.alpha, alpha, scale_bytes);
+  std::memcpy(call.beta, beta, scale_bytes);
+  if (is_int8(desc)) {
+    if (cublasStatus_t s = check_int8(call); s != CUBLAS_STATUS_SUCCESS) return s;
+  } else {
+    check_float_operands(call);
   }
-  if (algo_workspace == 0) cudaFree(acc);
-  return s;
+  const cudaError_t e = loom_emu::submit(stream, [call] {
+    if (is_int8(&call.desc)) {
+      run_int8(call);
+    } else {
+      run_float(call);
+    }
+  });
+  return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }

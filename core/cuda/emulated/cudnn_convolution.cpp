@@ -26,10 +26,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "core/cuda/emulated/cudnn_descriptors.h"
 #include "core/cuda/emulated/device_memory.h"
+#include "core/cuda/emulated/device_work.h"
 #include "core/cuda/emulated/element_io.h"
 #include "core/error.h"
 
@@ -353,7 +355,18 @@ void check_reach(const char* what, const TensorDesc& t, const void* p) {
           static_cast<int64_t>(loom_emu::type_size(loom_emu::cudnn::element_type(t.data_type))));
 }
 
-cudnnStatus_t execute_norm(const loom_emu::cudnn::NormOp& op, const Descriptor& pack, void* workspace) {
+// The engine's work on the handle's stream (device_work.h): at once, or at each replay of the
+// graph that stream is capturing.
+cudnnStatus_t submit_engine_work(cudnnHandle_t handle, std::function<cudnnStatus_t()> run) {
+  const cudaError_t e = loom_emu::submit(handle->stream, [run = std::move(run)] {
+    if (cudnnStatus_t s = run(); s != CUDNN_STATUS_SUCCESS)
+      LOOM_FAIL("cudnnBackendExecute failed while running: ", cudnnGetErrorString(s));
+  });
+  return e == cudaSuccess ? CUDNN_STATUS_SUCCESS : fail(CUDNN_STATUS_EXECUTION_FAILED, cudaGetErrorName(e));
+}
+
+cudnnStatus_t execute_norm(cudnnHandle_t handle, const loom_emu::cudnn::NormOp& op, const Descriptor& pack,
+                           void* workspace) {
   std::array<void*, loom_emu::cudnn::kNormRoles> pointers{};
   for (size_t r = 0; r < pointers.size(); ++r) {
     if (!op.has[r]) continue;
@@ -361,7 +374,15 @@ cudnnStatus_t execute_norm(const loom_emu::cudnn::NormOp& op, const Descriptor& 
   }
   for (size_t r = 0; r < pointers.size(); ++r)
     if (op.has[r]) check_reach("a batch norm tensor", op.tensors[r], pointers[r]);
-  return loom_emu::cudnn::run_batch_norm(op, pointers, workspace);
+  // By-value scalars are host memory that cuDNN reads at the call: the work keeps their values.
+  std::array<float, loom_emu::cudnn::kNormRoles> values{};
+  for (size_t r = 0; r < values.size(); ++r)
+    if (op.has[r] && op.tensors[r].by_value) values[r] = *static_cast<const float*>(pointers[r]);
+  return submit_engine_work(handle, [op, pointers, values, workspace]() mutable {
+    for (size_t r = 0; r < values.size(); ++r)
+      if (op.has[r] && op.tensors[r].by_value) pointers[r] = &values[r];
+    return loom_emu::cudnn::run_batch_norm(op, pointers, workspace);
+  });
 }
 
 }  // namespace
@@ -384,7 +405,7 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
   if (ws > 0 && !loom_emu::is_device_range(pack->workspace, static_cast<size_t>(ws)))
     return fail(CUDNN_STATUS_BAD_PARAM_SIZE_INSUFFICIENT, "variant pack: workspace smaller than the plan's");
   const auto& graph = plan->engine.graph;
-  if (!graph.norms.empty()) return execute_norm(graph.norms[0], *pack, pack->workspace);
+  if (!graph.norms.empty()) return execute_norm(handle, graph.norms[0], *pack, pack->workspace);
   const auto& op = graph.ops[0];
   void* ptrs[3] = {};
   const TensorDesc* tensors[3] = {&op.x, &op.w, &op.y};
@@ -392,5 +413,7 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
     if (cudnnStatus_t s = pointer_for(*pack, *tensors[i], ptrs[i]); s != CUDNN_STATUS_SUCCESS) return s;
   const char* names[3] = {"x", "w", "y"};
   for (int i = 0; i < 3; ++i) check_reach(names[i], *tensors[i], ptrs[i]);
-  return loom_emu::cudnn::run_convolution(op, ptrs[0], ptrs[1], ptrs[2], pack->workspace);
+  return submit_engine_work(handle, [op, x = ptrs[0], w = ptrs[1], y = ptrs[2], workspace = pack->workspace] {
+    return loom_emu::cudnn::run_convolution(op, x, w, y, workspace);
+  });
 }

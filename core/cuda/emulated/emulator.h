@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "cuda_runtime_api.h"
 
@@ -44,10 +45,12 @@ struct LaunchSpec {
   BlockThreads threads;
 };
 
-// Runs body(ctx) for every thread of every block. Throws loom::Error when the configuration is
-// invalid, a pointer argument is not device memory, or a thread breaks a rule (mismatched
-// barriers, a warp mask naming an inactive lane, a deadlock).
-void launch(const LaunchSpec& spec, void (*body)(void*), void* ctx);
+// Runs body() for every thread of every block, when the launch reaches its stream: at once, or
+// at each launch of the graph that spec.stream is capturing (body holds copies of the kernel's
+// arguments, as a real launch copies them). Throws loom::Error when the configuration is
+// invalid, or a thread breaks a rule (mismatched barriers, a warp mask naming an inactive lane,
+// a deadlock); returns the stream's error (an unknown stream, an invalidated capture).
+cudaError_t launch(const LaunchSpec& spec, std::function<void()> body);
 
 // Throws loom::Error unless p is null or points into a live cudaMalloc allocation.
 void check_kernel_pointer(const char* kernel_name, int argument, const void* p);

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "core/cuda/emulated/device_memory.h"
+#include "core/cuda/emulated/device_work.h"
 #include "core/cuda/emulated/emulator.h"
 #include "core/cuda/emulated/fiber.h"
 #include "core/error.h"
@@ -82,8 +83,7 @@ struct Block {
 
 struct Launch {
   const LaunchSpec* spec = nullptr;
-  void (*body)(void*) = nullptr;
-  void* ctx = nullptr;
+  const std::function<void()>* body = nullptr;  // one CUDA thread's kernel call
   uint64_t num_blocks = 0;
   Block block;
   std::atomic<bool> aborting{false};
@@ -226,7 +226,7 @@ void set_position(const LaunchSpec& spec, uint64_t block_linear, unsigned thread
 // Runs one CUDA thread's body; errors other than an abort become the launch's error.
 void run_body(Launch& launch) {
   try {
-    launch.body(launch.ctx);
+    (*launch.body)();
   } catch (const KernelAbort&) {
     throw;
   } catch (const std::exception& e) {
@@ -359,12 +359,13 @@ void check_config(const LaunchSpec& s) {
 
 ThreadPosition& position() { return tls_position; }
 
-void launch(const LaunchSpec& spec, void (*body)(void*), void* ctx) {
-  check_config(spec);
+namespace {
+
+// Every block of one launch, now (the launch's configuration was checked when it was enqueued).
+void run_launch(const LaunchSpec& spec, const std::function<void()>& body) {
   Launch launch;
   launch.spec = &spec;
-  launch.body = body;
-  launch.ctx = ctx;
+  launch.body = &body;
   launch.num_blocks = uint64_t{spec.grid.x} * spec.grid.y * spec.grid.z;
   const unsigned threads = spec.block.x * spec.block.y * spec.block.z;
 
@@ -390,6 +391,13 @@ void launch(const LaunchSpec& spec, void (*body)(void*), void* ctx) {
     pool().run(workers, [&](unsigned) { independent_worker(launch); });
   }
   if (!launch.error.empty()) LOOM_FAIL("kernel ", spec.kernel_name, " failed: ", launch.error);
+}
+
+}  // namespace
+
+cudaError_t launch(const LaunchSpec& spec, std::function<void()> body) {
+  check_config(spec);
+  return submit(spec.stream, [spec, body = std::move(body)] { run_launch(spec, body); });
 }
 
 void syncthreads(const char* file, int line) {

@@ -8,10 +8,8 @@
  * and the handler installed here prints which allocation was touched before the default action
  * (or AddressSanitizer's report) ends the process, the way an illegal access ends a CUDA context.
  *
- * Streams: work is executed when it is enqueued, in the calling thread, so every stream is
- * trivially in order and an event is complete as soon as it is recorded. The API's handles
- * are still checked (a destroyed stream or event is an error), and timing events measure the
- * host time between their records.
+ * Streams, events and stream capture live in streams.cpp; copies and memsets reach their stream
+ * through its submit(), so that they are captured like kernels.
  *
  * The number of devices is 1, or what LOOM_EMULATED_GPUS says (0 emulates a machine without a
  * GPU, so that the "no GPU" paths are tested in this build too).
@@ -21,7 +19,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -31,6 +28,7 @@
 #include <string>
 
 #include "core/cuda/emulated/device_memory.h"
+#include "core/cuda/emulated/device_work.h"
 #include "core/cuda/emulated/emulator.h"
 #include "core/error.h"
 
@@ -44,15 +42,6 @@
 #ifdef LOOM_EMU_ASAN
 #include <sanitizer/asan_interface.h>
 #endif
-
-struct CUstream_st {
-  unsigned flags;
-};
-struct CUevent_st {
-  unsigned flags;
-  bool recorded;
-  std::chrono::steady_clock::time_point when;
-};
 
 namespace loom_emu {
 
@@ -73,8 +62,6 @@ struct State {
   std::map<uintptr_t, Region> regions;  // device allocations by base address
   size_t used = 0;
   std::set<void*> pinned;
-  std::set<cudaStream_t> streams;
-  std::set<cudaEvent_t> events;
   int device_count = 1;
   int current_device = 0;
 };
@@ -91,8 +78,7 @@ State& state() {
 thread_local cudaError_t last_error = cudaSuccess;
 
 cudaError_t record(cudaError_t e) {
-  if (e != cudaSuccess) last_error = e;
-  return e;
+  return record_error(e);
 }
 
 void protect_all(int prot) {
@@ -137,6 +123,11 @@ void install_segv_handler() {
 
 }  // namespace
 
+cudaError_t record_error(cudaError_t e) {
+  if (e != cudaSuccess) last_error = e;
+  return e;
+}
+
 void install_device_fault_handler() {
   struct sigaction action {};
   action.sa_sigaction = on_segv;
@@ -146,13 +137,6 @@ void install_device_fault_handler() {
 }
 
 namespace {
-
-bool valid_stream(cudaStream_t stream) {
-  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return true;
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.regions_mutex);
-  return s.streams.count(stream) > 0;
-}
 
 bool is_device_pointer(const void* p) {
   State& s = state();
@@ -277,8 +261,6 @@ cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }  // work ran when it was enqueued
-
 cudaError_t cudaGetLastError() {
   cudaError_t e = loom_emu::last_error;
   loom_emu::last_error = cudaSuccess;
@@ -303,6 +285,26 @@ const char* cudaGetErrorName(cudaError_t error) {
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorIllegalState:
+      return "cudaErrorIllegalState";
+    case cudaErrorStreamCaptureUnsupported:
+      return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated:
+      return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureMerge:
+      return "cudaErrorStreamCaptureMerge";
+    case cudaErrorStreamCaptureUnmatched:
+      return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureUnjoined:
+      return "cudaErrorStreamCaptureUnjoined";
+    case cudaErrorStreamCaptureIsolation:
+      return "cudaErrorStreamCaptureIsolation";
+    case cudaErrorStreamCaptureImplicit:
+      return "cudaErrorStreamCaptureImplicit";
+    case cudaErrorCapturedEvent:
+      return "cudaErrorCapturedEvent";
+    case cudaErrorStreamCaptureWrongThread:
+      return "cudaErrorStreamCaptureWrongThread";
   }
   return "cudaErrorUnknown";
 }
@@ -323,6 +325,26 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorIllegalState:
+      return "the operation cannot be performed in the present state";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureMerge:
+      return "operation would result in a merge of separate capture sequences";
+    case cudaErrorStreamCaptureUnmatched:
+      return "capture was not ended in the same stream as it began";
+    case cudaErrorStreamCaptureUnjoined:
+      return "capturing stream has unjoined work";
+    case cudaErrorStreamCaptureIsolation:
+      return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorCapturedEvent:
+      return "operation not permitted on an event last recorded in a capturing stream";
+    case cudaErrorStreamCaptureWrongThread:
+      return "attempt to terminate a thread-local capture sequence from another thread";
   }
   return "unknown error";
 }
@@ -332,6 +354,7 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
   State& s = state();
   *ptr = nullptr;
   if (s.device_count == 0) return record(cudaErrorNoDevice);
+  if (cudaError_t e = check_unsafe_call(); e != cudaSuccess) return e;
   if (size == 0) return cudaSuccess;
   const size_t mapped = (size + kPage - 1) / kPage * kPage;
   {
@@ -360,6 +383,7 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
 cudaError_t cudaFree(void* ptr) {
   using namespace loom_emu;
   if (ptr == nullptr) return cudaSuccess;
+  if (cudaError_t e = check_unsafe_call(); e != cudaSuccess) return e;
   State& s = state();
   std::lock_guard<std::recursive_mutex> device(s.device_mutex);  // cudaFree synchronises the device
   std::lock_guard<std::mutex> lock(s.regions_mutex);
@@ -373,6 +397,8 @@ cudaError_t cudaFree(void* ptr) {
 }
 
 cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int) {
+  *ptr = nullptr;
+  if (cudaError_t e = loom_emu::check_unsafe_call(); e != cudaSuccess) return e;
   *ptr = std::aligned_alloc(4096, (std::max<size_t>(size, 1) + 4095) / 4096 * 4096);
   if (*ptr == nullptr) return record(cudaErrorMemoryAllocation);
   std::lock_guard<std::mutex> lock(state().regions_mutex);
@@ -384,6 +410,7 @@ cudaError_t cudaMallocHost(void** ptr, size_t size) { return cudaHostAlloc(ptr, 
 
 cudaError_t cudaFreeHost(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
+  if (cudaError_t e = loom_emu::check_unsafe_call(); e != cudaSuccess) return e;
   {
     std::lock_guard<std::mutex> lock(state().regions_mutex);
     if (state().pinned.erase(ptr) == 0) return record(cudaErrorInvalidValue);
@@ -399,102 +426,31 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
-  if (!loom_emu::valid_stream(stream)) return record(cudaErrorInvalidResourceHandle);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                            cudaStream_t stream) {
   loom_emu::check_copy(dst, src, count, kind, "cudaMemcpy");
-  loom_emu::DeviceAccess access;
-  if (count > 0) std::memmove(dst, src, count);
-  return cudaSuccess;
+  return loom_emu::submit(stream, [dst, src, count] {
+    loom_emu::DeviceAccess access;
+    if (count > 0) std::memmove(dst, src, count);
+  });
 }
 
+// The synchronous forms run on the legacy stream and make the host wait, which a capture forbids.
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  if (cudaError_t e = loom_emu::check_unsafe_call(); e != cudaSuccess) return e;
   return cudaMemcpyAsync(dst, src, count, kind, nullptr);
 }
 
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) {
-  if (!loom_emu::valid_stream(stream)) return record(cudaErrorInvalidResourceHandle);
   if (count == 0) return cudaSuccess;
   if (!loom_emu::is_device_range(ptr, count)) return record(cudaErrorInvalidValue);
-  loom_emu::DeviceAccess access;
-  std::memset(ptr, value, count);
-  return cudaSuccess;
+  return loom_emu::submit(stream, [ptr, value, count] {
+    loom_emu::DeviceAccess access;
+    std::memset(ptr, value, count);
+  });
 }
 
-cudaError_t cudaMemset(void* ptr, int value, size_t count) { return cudaMemsetAsync(ptr, value, count, nullptr); }
-
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
-  if (state().device_count == 0) return record(cudaErrorNoDevice);
-  *stream = new CUstream_st{flags};
-  std::lock_guard<std::mutex> lock(state().regions_mutex);
-  state().streams.insert(*stream);
-  return cudaSuccess;
-}
-
-cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
-
-cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  {
-    std::lock_guard<std::mutex> lock(state().regions_mutex);
-    if (state().streams.erase(stream) == 0) return record(cudaErrorInvalidResourceHandle);
-  }
-  delete stream;
-  return cudaSuccess;
-}
-
-cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  return loom_emu::valid_stream(stream) ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
-}
-
-cudaError_t cudaStreamQuery(cudaStream_t stream) { return cudaStreamSynchronize(stream); }
-
-namespace {
-bool valid_event(cudaEvent_t event) {
-  std::lock_guard<std::mutex> lock(state().regions_mutex);
-  return state().events.count(event) > 0;
-}
-}  // namespace
-
-cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
-  if (!loom_emu::valid_stream(stream) || !valid_event(event)) return record(cudaErrorInvalidResourceHandle);
-  return cudaSuccess;  // the recorded work has already run
-}
-
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
-  if (state().device_count == 0) return record(cudaErrorNoDevice);
-  *event = new CUevent_st{flags, false, {}};
-  std::lock_guard<std::mutex> lock(state().regions_mutex);
-  state().events.insert(*event);
-  return cudaSuccess;
-}
-
-cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
-
-cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  {
-    std::lock_guard<std::mutex> lock(state().regions_mutex);
-    if (state().events.erase(event) == 0) return record(cudaErrorInvalidResourceHandle);
-  }
-  delete event;
-  return cudaSuccess;
-}
-
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  if (!valid_event(event) || !loom_emu::valid_stream(stream)) return record(cudaErrorInvalidResourceHandle);
-  event->recorded = true;
-  event->when = std::chrono::steady_clock::now();
-  return cudaSuccess;
-}
-
-cudaError_t cudaEventQuery(cudaEvent_t event) {
-  return valid_event(event) ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
-}
-
-cudaError_t cudaEventSynchronize(cudaEvent_t event) { return cudaEventQuery(event); }
-
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-  if (!valid_event(start) || !valid_event(end)) return record(cudaErrorInvalidResourceHandle);
-  if ((start->flags | end->flags) & cudaEventDisableTiming) return record(cudaErrorInvalidResourceHandle);
-  if (!start->recorded || !end->recorded) return record(cudaErrorInvalidResourceHandle);
-  *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
-  return cudaSuccess;
+cudaError_t cudaMemset(void* ptr, int value, size_t count) {
+  if (cudaError_t e = loom_emu::check_unsafe_call(); e != cudaSuccess) return e;
+  return cudaMemsetAsync(ptr, value, count, nullptr);
 }

@@ -171,7 +171,16 @@ struct Call {
   ncclComm_t comm;
   ncclResult_t status = ncclSuccess;
 
-  Call(const char* call, ncclComm_t c) : name(call), comm(c), status(check_comm(c, call)) {}
+  Call(const char* call, ncclComm_t c, cudaStream_t stream)
+      : name(call), comm(c), status(check_comm(c, call)) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (ok() && cudaStreamIsCapturing(stream, &capture) == cudaSuccess &&
+        capture != cudaStreamCaptureStatusNone)
+      reject(ncclInvalidUsage,
+             "the stream is being captured into a CUDA graph; the emulated NCCL runs each operation over MPI "
+             "when "
+             "it is issued and cannot capture it (an emulator limit: NCCL on GPUs can)");
+  }
 
   bool ok() const { return status == ncclSuccess; }
   std::string prefix() const { return std::string(name) + " on the " + describe(comm) + ": "; }
@@ -273,8 +282,8 @@ std::string shape(size_t count, ncclDataType_t type) { return std::to_string(cou
 using namespace loom::emulated_nccl;
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t /*stream*/) {
-  Call call("ncclAllReduce", comm);
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  Call call("ncclAllReduce", comm, stream);
   call.type(datatype);
   call.op(op);
   const size_t bytes = count * element_size(datatype);
@@ -289,9 +298,9 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   return issue(call, pending);
 }
 
-ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-                           ncclComm_t comm, cudaStream_t /*stream*/) {
-  Call call("ncclBroadcast", comm);
+ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                           int root, ncclComm_t comm, cudaStream_t stream) {
+  Call call("ncclBroadcast", comm, stream);
   call.type(datatype);
   if (call.ok()) call.rank(root, "root");
   const size_t bytes = count * element_size(datatype);
@@ -312,9 +321,9 @@ ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int ro
   return ncclBroadcast(buff, buff, count, datatype, root, comm, stream);
 }
 
-ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
-                        int root, ncclComm_t comm, cudaStream_t /*stream*/) {
-  Call call("ncclReduce", comm);
+ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  Call call("ncclReduce", comm, stream);
   call.type(datatype);
   call.op(op);
   if (call.ok()) call.rank(root, "root");
@@ -334,8 +343,8 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, nccl
 }
 
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
-                           ncclComm_t comm, cudaStream_t /*stream*/) {
-  Call call("ncclAllGather", comm);
+                           ncclComm_t comm, cudaStream_t stream) {
+  Call call("ncclAllGather", comm, stream);
   call.type(datatype);
   const size_t bytes = sendcount * element_size(datatype);
   const size_t ranks = call.ok() ? static_cast<size_t>(comm->size) : 0;
@@ -349,9 +358,10 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   return issue(call, pending);
 }
 
-ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
-                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t /*stream*/) {
-  Call call("ncclReduceScatter", comm);
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                               cudaStream_t stream) {
+  Call call("ncclReduceScatter", comm, stream);
   call.type(datatype);
   call.op(op);
   const size_t bytes = recvcount * element_size(datatype);
@@ -370,8 +380,8 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
 // Point-to-point: one MPI tag for all, so that the messages of a pair match in issue order (MPI
 // does not let messages of one tag overtake each other), which is NCCL's matching rule.
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                      cudaStream_t /*stream*/) {
-  Call call("ncclSend", comm);
+                      cudaStream_t stream) {
+  Call call("ncclSend", comm, stream);
   call.type(datatype);
   if (call.ok()) call.rank(peer, "peer");
   const size_t bytes = count * element_size(datatype);
@@ -384,8 +394,8 @@ ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatyp
 }
 
 ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                      cudaStream_t /*stream*/) {
-  Call call("ncclRecv", comm);
+                      cudaStream_t stream) {
+  Call call("ncclRecv", comm, stream);
   call.type(datatype);
   if (call.ok()) call.rank(peer, "peer");
   const size_t bytes = count * element_size(datatype);

@@ -1,0 +1,85 @@
+/*
+ * CUDA graphs: GPU work captured once and replayed with one launch, as torch.cuda.CUDAGraph
+ * does. A small model's training step is hundreds of short kernels; launched one by one from
+ * the host, the GPU waits for the host between them. Replayed as a graph, the whole step is one
+ * launch.
+ *
+ *   loom::cuda::CudaGraph graph;
+ *   for (int i = 0; i < 3; ++i) step();       // warm up: optimizer state, caches, workspaces
+ *   graph.capture_begin();
+ *   step();                                   // recorded, not run
+ *   graph.capture_end();
+ *   for (...) { copy the next batch into the static inputs; graph.replay(); }
+ *
+ * What a replay does is exactly the captured work, on the same addresses:
+ *   - inputs are "static": the tensors the captured code read. Copy new data into them
+ *     (x.copy_(batch)) instead of making new tensors;
+ *   - tensors created during the capture (activations, the loss, gradients that did not exist)
+ *     live in the graph's private memory pool and are rewritten by each replay: read the loss
+ *     from the tensor the capture returned;
+ *   - host values are frozen: a learning rate passed as a number, a step count, a random seed.
+ *     SGD's step captures as it is; an optimizer that keeps its step count on the host (Adam,
+ *     AdamW) refuses to be captured (nn/optim);
+ *   - the captured code may not wait for the GPU: .item(), .to(kCPU), printing a CUDA tensor,
+ *     cuda::synchronize() fail during the capture with cudaErrorStreamCaptureUnsupported, and the
+ *     capture is then lost (capture_end says so).
+ * The capture runs on a stream of the graph's own (made current until capture_end) that first
+ * waits for the work queued on the current stream. Built without CUDA, capture_begin throws.
+ */
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+namespace loom::cuda {
+
+class CudaGraph {
+ public:
+  CudaGraph();
+  ~CudaGraph();  // reset()
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+
+  // Starts recording the calling thread's GPU work into this graph. Throws when this graph
+  // already holds a capture (reset() it first) or there is no GPU.
+  void capture_begin();
+  // Stops recording and makes the graph launchable. Throws loom::Error naming the reason when the
+  // capture was invalidated (a host synchronisation or another call a graph cannot hold).
+  void capture_end();
+  // Launches the captured work on the current stream, after what is queued there.
+  void replay();
+  // Forgets the capture (ending it if it is still going) and releases the private memory pool
+  // once no tensor made during the capture is alive.
+  void reset();
+
+  bool capturing() const;
+  bool captured() const;
+  // The captured graph's nodes: kernels, copies, memsets and library calls.
+  size_t num_nodes() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// True while the calling thread's current CUDA stream is being captured into a graph: its work
+// is recorded, not run, so no code may wait for it or bake a host value that changes per step
+// into it. False without CUDA.
+bool current_stream_capturing();
+
+// Records f() into `graph`: capture_begin(), f(), capture_end(). When f throws, the capture is
+// ended and discarded before the exception goes on, so the thread's current stream is restored.
+template <class F>
+void capture(CudaGraph& graph, F&& f) {
+  graph.capture_begin();
+  try {
+    f();
+  } catch (...) {
+    graph.reset();
+    throw;
+  }
+  graph.capture_end();
+}
+
+}  // namespace loom::cuda
