@@ -12,6 +12,7 @@
 
 #include "core/cuda.h"
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/stream.h"
 #include "distributed/nccl/nccl_check.h"
 #include "ops/ops.h"
 
@@ -305,10 +306,10 @@ class ProcessGroupNccl final : public ProcessGroup {
     forget_completed();
     LOOM_CUDA_CHECK(cudaSetDevice(device_));
     // Step 1-2 of the header: the communication stream waits for the kernels queued so far on
-    // the default stream, which produce the tensors this operation reads.
+    // the current stream, which produce the tensors this operation reads.
     cudaEvent_t ready = nullptr;
     LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-    LOOM_CUDA_CHECK(cudaEventRecord(ready, cudaStreamLegacy));
+    LOOM_CUDA_CHECK(cudaEventRecord(ready, cuda::current_stream().handle()));
     LOOM_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
     LOOM_CUDA_CHECK(cudaEventDestroy(ready));  // released once the wait it feeds has been enqueued
     enqueue();

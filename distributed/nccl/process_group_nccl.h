@@ -6,8 +6,9 @@
  * of MPI here, after which NCCL talks over NVLink/PCIe/network by itself.
  *
  * Streams: each group owns a non-blocking CUDA stream for its communication.
- *   1. `ready` is recorded on the legacy default stream, where Loom's kernels run: the
- *      collective must not read a tensor before the kernel that writes it has finished.
+ *   1. `ready` is recorded on the calling thread's current stream, where Loom's ops run
+ *      (ops/cuda/op_stream.h): the collective must not read a tensor before the kernel that
+ *      writes it has finished.
  *   2. the communication stream waits for `ready`, then runs the NCCL call, then records `done`.
  *   3. Work::wait() polls `done` (and ncclCommGetAsyncError) until it completes or the group's
  *      timeout passes; on timeout the communicator is aborted (ncclCommAbort), so that no
