@@ -1,10 +1,16 @@
 /* CUDA graph capture and replay (see core/cuda_graph.h). */
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+#include <map>
+#include <mutex>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "core/cuda/caching_allocator.h"
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/graph_checks.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_graph.h"
 
@@ -18,6 +24,94 @@ struct CudaGraph::Impl {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
 };
+
+namespace {
+
+// The device words of captured checks (graph_checks.h), and which graph captures on which stream.
+struct CheckWord {
+  const CudaGraph::Impl* graph;
+  std::string what;
+  unsigned long long* word;
+};
+struct Checks {
+  std::mutex mutex;
+  std::vector<CheckWord> words;
+  std::atomic<size_t> count{0};
+  std::map<cudaStream_t, const CudaGraph::Impl*> capturing;
+};
+Checks& checks() {
+  static auto* c = new Checks();  // never destroyed: graphs may be reset after main returns
+  return *c;
+}
+
+// The emulated and real runtimes refuse cudaMalloc, cudaFree and synchronous memsets during a
+// global-mode capture; these words are not stream work, so relaxed mode is right for them.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { LOOM_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode_)); }
+  ~RelaxedCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
+void free_check_words(const CudaGraph::Impl* graph) {
+  Checks& c = checks();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  for (auto it = c.words.begin(); it != c.words.end();) {
+    if (it->graph != graph) {
+      ++it;
+      continue;
+    }
+    RelaxedCaptureMode relaxed;
+    if (cudaFree(it->word) != cudaSuccess) (void)cudaGetLastError();
+    it = c.words.erase(it);
+  }
+  c.count = c.words.size();
+}
+
+}  // namespace
+
+unsigned long long* capture_check_word(std::string what) {
+  Checks& c = checks();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  auto graph = c.capturing.find(current_stream().handle());
+  LOOM_CHECK(graph != c.capturing.end(), "capture_check_word(", what,
+             "): the current stream is not being captured by a cuda::CudaGraph");
+  void* word = nullptr;
+  {
+    RelaxedCaptureMode relaxed;
+    LOOM_CUDA_CHECK(cudaMalloc(&word, sizeof(unsigned long long)));
+    // A synchronous memset on the legacy stream: done before any replay can write the word.
+    LOOM_CUDA_CHECK(cudaMemset(word, 0xff, sizeof(unsigned long long)));
+  }
+  c.words.push_back({graph->second, std::move(what), static_cast<unsigned long long*>(word)});
+  c.count = c.words.size();
+  return static_cast<unsigned long long*>(word);
+}
+
+void report_failed_graph_checks() {
+  Checks& c = checks();
+  if (c.count == 0) return;
+  std::lock_guard<std::mutex> lock(c.mutex);
+  std::string first;
+  size_t failed = 0;
+  for (CheckWord& w : c.words) {
+    unsigned long long value = 0;
+    // Synchronous copies: they wait for the replays that write the word (the callers have
+    // waited for their own stream already).
+    LOOM_CUDA_CHECK(cudaMemcpy(&value, w.word, sizeof value, cudaMemcpyDeviceToHost));
+    if (value == ~0ull) continue;
+    LOOM_CUDA_CHECK(cudaMemset(w.word, 0xff, sizeof(unsigned long long)));  // reported once
+    if (failed++ == 0) first = detail::concat(w.what, " (at batch index ", value, ")");
+  }
+  if (failed > 0)
+    LOOM_FAIL(first, ", in a replay of a CUDA graph",
+              failed > 1 ? detail::concat(" (and ", failed - 1, " more check(s))") : "",
+              "; the check ran on the GPU and is reported at this synchronisation");
+}
 
 CudaGraph::CudaGraph() : impl_(std::make_unique<Impl>()) {}
 
@@ -60,6 +154,8 @@ void CudaGraph::capture_begin() {
     LOOM_CUDA_CHECK(status);
   }
   g.capturing = true;
+  std::lock_guard<std::mutex> lock(checks().mutex);
+  checks().capturing[g.stream->stream().handle()] = &g;
 }
 
 void CudaGraph::capture_end() {
@@ -70,10 +166,15 @@ void CudaGraph::capture_end() {
   const cudaError_t status = cudaStreamEndCapture(g.stream->stream().handle(), &graph);
   caching_allocator().end_allocate_to_pool(g.pool);
   g.capturing = false;
+  {
+    std::lock_guard<std::mutex> lock(checks().mutex);
+    checks().capturing.erase(g.stream->stream().handle());
+  }
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
     caching_allocator().release_pool(g.pool);
     g.pool = 0;
+    free_check_words(&g);
     LOOM_FAIL(
         "CudaGraph::capture_end: the capture failed (", cudaGetErrorName(status), ": ",
         cudaGetErrorString(status),
@@ -107,7 +208,10 @@ void CudaGraph::reset() {
     if (discarded != nullptr) (void)cudaGraphDestroy(discarded);
     caching_allocator().end_allocate_to_pool(g.pool);
     g.capturing = false;
+    std::lock_guard<std::mutex> lock(checks().mutex);
+    checks().capturing.erase(g.stream->stream().handle());
   }
+  free_check_words(&g);
   if (g.exec != nullptr) (void)cudaGraphExecDestroy(g.exec);
   if (g.graph != nullptr) (void)cudaGraphDestroy(g.graph);
   g.exec = nullptr;

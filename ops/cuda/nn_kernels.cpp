@@ -9,8 +9,8 @@
  * [0, C) (and not ignore_index) leaves the smallest such batch index in a device word, which is
  * copied back after the launch; the error then names the op, the target and its batch index
  * exactly as the CPU's does. That copy waits for the kernel: one synchronisation per call. Under
- * a CUDA graph capture the kernels only record, so there is nothing to read: the check is left out
- * of captured steps (core/cuda_graph.h says so).
+ * a CUDA graph capture the kernels only record, so the word is the graph's, and a replay that
+ * meets a bad target is reported at the host's next wait for the GPU (core/cuda/graph_checks.h).
  *
  * Synchronisation: every launch is on the current stream (op_stream.h), so the buffers allocated here
  * (freed to the caching allocator on return) are not reused before the kernels that use them
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/graph_checks.h"
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/cuda/cudnn_batch_norm.h"
 #include "ops/cuda/cudnn_conv.h"  // cudnn_enabled
@@ -148,19 +149,28 @@ void batch_norm_backward_kernel(const Tensor& grad_input, const Tensor& grad_wei
 
 // ---- nll_loss: logp [N, C], target [N]
 
-// A device word for the kernels' smallest bad batch index, initialised to "none".
-Tensor bad_index_flag(const Tensor& target) {
+// A device word for the kernels' smallest bad batch index, initialised to "none": a fresh one
+// that check_bad_index reads after the launch, or, during a CUDA graph capture, a word of the
+// graph that the host reads at its next wait for the GPU (core/cuda/graph_checks.h).
+struct BadIndexFlag {
+  Tensor tensor;  // undefined for a graph's word
+  unsigned long long* word;
+};
+
+BadIndexFlag bad_index_flag(const Tensor& target, int64_t classes, std::string_view op) {
+  if (op_stream_capturing())
+    return {Tensor(),
+            capture_check_word(detail::concat(op, ": a target out of bounds for ", classes, " classes"))};
   Tensor flag = empty({1}, target.options().dtype(kInt64));
   LOOM_CUDA_CHECK(cudaMemsetAsync(flag.data_ptr(), 0xff, sizeof(unsigned long long), op_stream()));
-  return flag;
+  return {flag, static_cast<unsigned long long*>(flag.data_ptr())};
 }
 
 // Throws the CPU's error if the kernels recorded a bad target (waits for them: see the top).
-// Not during a CUDA graph capture, whose kernels have not run (core/cuda_graph.h).
-void check_bad_index(const Tensor& flag, const Tensor& target, int64_t classes, std::string_view op) {
-  if (op_stream_capturing()) return;
+void check_bad_index(const BadIndexFlag& flag, const Tensor& target, int64_t classes, std::string_view op) {
+  if (!flag.tensor.defined()) return;  // a graph's: read after its replays
   unsigned long long bad = 0;
-  host_transfer(&bad, flag.data_ptr(), sizeof bad, cudaMemcpyDeviceToHost, "nll_loss");
+  host_transfer(&bad, flag.word, sizeof bad, cudaMemcpyDeviceToHost, "nll_loss");
   if (bad == ~0ull) return;
   const int64_t i = static_cast<int64_t>(bad);
   int64_t t = 0;
@@ -172,12 +182,12 @@ void check_bad_index(const Tensor& flag, const Tensor& target, int64_t classes, 
 void nll_loss_kernel(const Tensor& out, const Tensor& total_weight, const Tensor& logp, const Tensor& target,
                      const Tensor& weight, Reduction reduction, int64_t ignore_index) {
   const int64_t n = logp.sizes()[0], classes = logp.sizes()[1];
-  Tensor flag = bad_index_flag(target);
-  LOOM_CUDA_CHECK(launch_nll_loss(
-      out.data_ptr(), reduction == Reduction::None ? out.strides()[0] : 0, total_weight.data_ptr(),
-      logp.data_ptr(), logp.strides()[0], logp.strides()[1], static_cast<const int64_t*>(target.data_ptr()),
-      target.strides()[0], ptr_or_null(weight), code(logp), n, classes, static_cast<int>(reduction),
-      ignore_index, static_cast<unsigned long long*>(flag.data_ptr()), op_stream()));
+  const BadIndexFlag flag = bad_index_flag(target, classes, "nll_loss");
+  LOOM_CUDA_CHECK(launch_nll_loss(out.data_ptr(), reduction == Reduction::None ? out.strides()[0] : 0,
+                                  total_weight.data_ptr(), logp.data_ptr(), logp.strides()[0],
+                                  logp.strides()[1], static_cast<const int64_t*>(target.data_ptr()),
+                                  target.strides()[0], ptr_or_null(weight), code(logp), n, classes,
+                                  static_cast<int>(reduction), ignore_index, flag.word, op_stream()));
   check_bad_index(flag, target, classes, "nll_loss");
 }
 
@@ -185,12 +195,11 @@ void nll_loss_backward_kernel(const Tensor& grad_logp, const Tensor& grad_out, c
                               const Tensor& weight, const Tensor& total_weight, Reduction reduction,
                               int64_t ignore_index) {
   const int64_t n = grad_logp.sizes()[0], classes = grad_logp.sizes()[1];
-  Tensor flag = bad_index_flag(target);
+  const BadIndexFlag flag = bad_index_flag(target, classes, "nll_loss_backward");
   LOOM_CUDA_CHECK(launch_nll_loss_backward(
       grad_logp.data_ptr(), grad_out.data_ptr(), static_cast<const int64_t*>(target.data_ptr()),
       target.strides()[0], ptr_or_null(weight), ptr_or_null(total_weight), code(grad_logp), n, classes,
-      static_cast<int>(reduction), ignore_index, static_cast<unsigned long long*>(flag.data_ptr()),
-      op_stream()));
+      static_cast<int>(reduction), ignore_index, flag.word, op_stream()));
   check_bad_index(flag, target, classes, "nll_loss_backward");
 }
 

@@ -136,6 +136,33 @@ TEST_CASE("CUDA graph: SGD training steps replayed from a graph equal the same s
   }
 }
 
+TEST_CASE("CUDA graph: a bad class index met by a replay is reported at the next synchronisation") {
+  LOOM_REQUIRE_GPU();
+  manual_seed(4);
+  nn::MLP model({16, 10});
+  model.to(Device::cuda());
+  Tensor x = randn({6, 16}).to(Device::cuda());
+  Tensor y = tensor<int64_t>({1, 2, 3, 4, 5, 6}, {6}).to(Device::cuda());
+  Tensor loss;
+  cuda::CudaGraph graph;
+  cuda::capture(graph, [&] {
+    loss = nn::functional::cross_entropy(model.forward(x), y);
+    loss.backward();
+  });
+  graph.replay();
+  CHECK(std::isfinite(loss.item<double>()));
+  y.copy_(tensor<int64_t>({1, 2, 3, 10, 5, 12}, {6}));  // 10 and 12 are not classes of 10
+  graph.replay();
+  CHECK_THROWS_WITH_AS(
+      (void)loss.item<double>(),
+      doctest::Contains("out of bounds for 10 classes (at batch index 3), in a replay of a CUDA graph"),
+      Error);
+  y.copy_(tensor<int64_t>({0, 9, 3, 4, 5, 6}, {6}));
+  graph.replay();
+  cuda::synchronize();  // the error was reported once; the graph runs on
+  CHECK(std::isfinite(loss.item<double>()));
+}
+
 TEST_CASE("CUDA graph: optimizers whose step depends on host state refuse to be captured") {
   LOOM_REQUIRE_GPU();
   manual_seed(2);
