@@ -129,8 +129,14 @@ void* CudaCachingAllocator::allocate(size_t nbytes) {
   stats_.allocated_bytes += block->size;
   stats_.requested_bytes += nbytes;
   stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
-  mark(block->ptr, nbytes, true);
-  mark(block->ptr + nbytes, block->size - nbytes, false);  // the rounding tail stays poisoned
+  if (block->owner == 0) {
+    mark(block->ptr, nbytes, true);
+    mark(block->ptr + nbytes, block->size - nbytes, false);  // the rounding tail stays poisoned
+  } else {
+    // A graph pool's bytes stay usable once handed out: the graph's replays write every tensor
+    // its capture made, the ones freed during the capture included, where they were.
+    mark(block->ptr, block->size, true);
+  }
   return block->ptr;
 }
 
@@ -218,7 +224,7 @@ void CudaCachingAllocator::deallocate(void* ptr, size_t nbytes) {
   stats_.allocated_bytes -= block->size;
   stats_.requested_bytes -= block->requested;
   block->requested = 0;
-  mark(block->ptr, block->size, false);
+  if (block->owner == 0) mark(block->ptr, block->size, false);  // see allocate for graph pools
   if (block->stream_uses.empty()) {
     free_block(block);
   } else if (capturing()) {

@@ -34,7 +34,9 @@
  *
  * In the emulated ASan build every byte of a segment that no live allocation asked for (free
  * blocks, and the tail between the request and its rounded block size) is poisoned, so a
- * kernel that writes past its tensor is reported even though the segment is mapped.
+ * kernel that writes past its tensor is reported even though the segment is mapped. A graph
+ * pool's blocks are the exception once handed out: its replays still write the tensors that
+ * the capture freed.
  *
  * One allocator serves the current device (Loom uses device 0). Thread-safe: one mutex.
  * This header is internal to core (and the tests); users see core/cuda.h.
