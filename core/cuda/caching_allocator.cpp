@@ -157,18 +157,17 @@ CudaCachingAllocator::Block* CudaCachingAllocator::new_segment(Pool& pool, PoolI
                                                                size_t rounded, size_t nbytes) {
   const size_t size = segment_size(rounded);
   void* p = nullptr;
-  // cudaMalloc is not stream work, so a capture neither records nor needs it; in the default
-  // (global) capture mode it is still refused as "potentially unsafe", hence the relaxed mode.
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  LOOM_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-  cudaError_t status = cudaMalloc(&p, size);
-  if (status == cudaErrorMemoryAllocation && !capturing()) {  // no segment is freed during a capture
-    (void)cudaGetLastError();  // clear it: the retry decides
-    // The cached segments of every stream may add up to what is missing: give them back.
-    release_cached_segments();
+  cudaError_t status;
+  {
+    RelaxedCaptureMode relaxed;  // cudaMalloc is not stream work: a capture neither records nor needs it
     status = cudaMalloc(&p, size);
+    if (status == cudaErrorMemoryAllocation && !capturing()) {  // no segment is freed during a capture
+      (void)cudaGetLastError();                                 // clear it: the retry decides
+      // The cached segments of every stream may add up to what is missing: give them back.
+      release_cached_segments();
+      status = cudaMalloc(&p, size);
+    }
   }
-  (void)cudaThreadExchangeStreamCaptureMode(&mode);  // the caller's mode again
   if (status == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
     ++stats_.num_ooms;

@@ -44,19 +44,6 @@ Checks& checks() {
   return *c;
 }
 
-// The emulated and real runtimes refuse cudaMalloc, cudaFree and synchronous memsets during a
-// global-mode capture; these words are not stream work, so relaxed mode is right for them.
-class RelaxedCaptureMode {
- public:
-  RelaxedCaptureMode() { LOOM_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode_)); }
-  ~RelaxedCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
-  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
-  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
-
- private:
-  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
-};
-
 void free_check_words(const CudaGraph::Impl* graph) {
   Checks& c = checks();
   std::lock_guard<std::mutex> lock(c.mutex);

@@ -39,6 +39,13 @@ OwnedCudaStream& OwnedCudaStream::operator=(OwnedCudaStream&& other) noexcept {
   return *this;
 }
 
+RelaxedCaptureMode::RelaxedCaptureMode() {
+  LOOM_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode_));
+}
+RelaxedCaptureMode::~RelaxedCaptureMode() {
+  (void)cudaThreadExchangeStreamCaptureMode(&mode_);
+}
+
 CudaStream current_stream() { return CudaStream(current); }
 void set_current_stream(CudaStream stream) { current = stream.handle(); }
 

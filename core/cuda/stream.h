@@ -68,6 +68,20 @@ class CudaStreamGuard {
   CudaStream previous_;
 };
 
+// Puts the calling thread in relaxed stream-capture mode during its lifetime. For calls that are
+// not stream work (cudaMalloc, cudaFree, a one-off memset), which the default (global) capture
+// mode refuses as "potentially unsafe" while any graph is being captured.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode();
+  ~RelaxedCaptureMode();  // the previous mode again
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 // A CUDA event: a marker in a stream's queue that completes when the work before it has.
 class CudaEvent {
  public:

@@ -187,7 +187,7 @@ void max_pool2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_out
                                             strides_of(indices), g, op_stream()));
   int bad = 0;
   // Under a CUDA graph capture the check kernel only records: there is no flag to read yet.
-  if (!op_stream_capturing())
+  if (!current_stream_capturing())
     host_transfer(&bad, flag.data_ptr(), sizeof(int), cudaMemcpyDeviceToHost, "max_pool2d_backward");
   if (bad != 0) {
     // Name the first bad index in (n, c, oh, ow) order.

@@ -20,7 +20,7 @@ namespace loom::cuda {
 
 void host_transfer(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, const char* op) {
   LOOM_CHECK(
-      !op_stream_capturing(), op,
+      !current_stream_capturing(), op,
       ": a copy between host and CUDA memory during a CUDA graph capture; a graph "
       "cannot wait for the host. Copy new inputs into the graph's static tensors before replay(), and read "
       "results after it");

@@ -158,7 +158,7 @@ struct BadIndexFlag {
 };
 
 BadIndexFlag bad_index_flag(const Tensor& target, int64_t classes, std::string_view op) {
-  if (op_stream_capturing())
+  if (current_stream_capturing())
     return {Tensor(),
             capture_check_word(detail::concat(op, ": a target out of bounds for ", classes, " classes"))};
   Tensor flag = empty({1}, target.options().dtype(kInt64));

@@ -19,12 +19,6 @@ inline cudaStream_t op_stream() {
   return current_stream().handle();
 }
 
-// Whether op_stream() is being captured into a CUDA graph: its work is then recorded, not run,
-// so nothing may wait for it.
-inline bool op_stream_capturing() {
-  return current_stream_capturing();
-}
-
 // A copy between host and device memory in the order of op_stream()'s work, which the host waits
 // for (the caller reads the result, or frees its host buffer). A graph cannot hold a transfer to
 // or from the host: during a capture this throws, naming `op`, before anything is queued.

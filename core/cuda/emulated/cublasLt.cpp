@@ -317,22 +317,25 @@ double gelu_tanh_derivative(double x, bool f64) {
   return 0.5f * (1.0f + t) + 0.5f * xf * (1.0f - t * t) * s * (1.0f + 3.0f * c * xf * xf);
 }
 
+// A float matmul's alpha or beta from the copied bytes of its scale type (double or float).
+double scale_value(const unsigned char* bytes, bool f64) {
+  if (f64) {
+    double v;
+    std::memcpy(&v, bytes, sizeof v);
+    return v;
+  }
+  float v;
+  std::memcpy(&v, bytes, sizeof v);
+  return v;
+}
+
 // The reach of every operand of a float matmul, checked at the call as a GPU would fault on it.
 void check_float_operands(const MatmulCall& m) {
   const Problem& p = m.p;
   const uint32_t e = m.desc.epilogue;
   const auto d_type = static_cast<cudaDataType>(m.d.type);
   const bool f64 = double_accumulator(&m.desc);
-  double alpha_v = 0, beta_v = 0;
-  if (f64) {
-    std::memcpy(&alpha_v, m.alpha, 8);
-    std::memcpy(&beta_v, m.beta, 8);
-  } else {
-    float a, b;
-    std::memcpy(&a, m.alpha, 4);
-    std::memcpy(&b, m.beta, 4);
-    alpha_v = a, beta_v = b;
-  }
+  const double alpha_v = scale_value(m.alpha, f64), beta_v = scale_value(m.beta, f64);
   if (alpha_v != 0 && p.k > 0) {
     check_device("A", m.A, matrix_extent(&m.a), static_cast<cudaDataType>(m.a.type));
     check_device("B", m.B, matrix_extent(&m.b), static_cast<cudaDataType>(m.b.type));
@@ -359,14 +362,7 @@ void check_float_operands(const MatmulCall& m) {
 void run_float(const MatmulCall& m) {
   const Problem& p = m.p;
   const bool f64 = double_accumulator(&m.desc);
-  double beta_v = 0;
-  if (f64) {
-    std::memcpy(&beta_v, m.beta, 8);
-  } else {
-    float b;
-    std::memcpy(&b, m.beta, 4);
-    beta_v = b;
-  }
+  const double beta_v = scale_value(m.beta, f64);
   const cudaDataType acc_type = f64 ? CUDA_R_64F : CUDA_R_32F;
   const auto d_type = static_cast<cudaDataType>(m.d.type);
   const uint32_t e = m.desc.epilogue;
