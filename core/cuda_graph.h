@@ -18,8 +18,11 @@
  *     live in the graph's private memory pool and are rewritten by each replay: read the loss
  *     from the tensor the capture returned;
  *   - host values are frozen: a learning rate passed as a number, a step count, a random seed.
- *     SGD's step captures as it is; an optimizer that keeps its step count on the host (Adam,
- *     AdamW) refuses to be captured (nn/optim);
+ *     Optimizers built with capturable = true (SGD, Adam, AdamW) read their step counts and lrs
+ *     on the device, so a captured step follows an LR schedule stepped between replays
+ *     (nn/optim/device_lr.h); a plain SGD captures with the capture's lr, and a plain Adam or
+ *     AdamW refuses to be captured. Random ops on the GPU (dropout) refuse too: every replay
+ *     would draw the same numbers;
  *   - the captured code may not wait for the GPU: .item(), .to(kCPU), printing a CUDA tensor,
  *     cuda::synchronize() fail during the capture (a copy to or from the host says so at once;
  *     a synchronisation invalidates the capture, and capture_end says that);

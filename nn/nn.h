@@ -7,6 +7,7 @@
 
 #include "autograd/autograd.h"  // the tensor API, factories and ops, gradients (as torch/torch.h)
 #include "nn/amp/amp.h"
+#include "nn/graphed_step.h"
 #include "nn/init.h"
 #include "nn/layers/layers.h"
 #include "nn/loss.h"

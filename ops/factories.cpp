@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/cuda_graph.h"
 #include "ops/copy_ops.h"
 #include "ops/dispatch.h"
 #include "ops/op_utils.h"
@@ -17,6 +18,12 @@ template <Op op>
 const Tensor& random_fill(const Tensor& x, double a, double b, Generator* generator) {
   check_defined(x, op_name(op));
   if (x.numel() == 0) return x;
+  // The kernel takes the seed and offset as arguments, which a graph keeps: every replay would draw
+  // the same numbers (the same dropout mask at every step).
+  LOOM_CHECK(
+      !x.is_cuda() || !cuda::current_stream_capturing(), op_name(op), ": random numbers on ", x.device(),
+      " cannot be drawn inside a CUDA-graph capture: each replay would repeat the captured draw. Draw them "
+      "outside the capture into a static tensor, or leave the random op (dropout) out of the graph");
   Generator& gen = generator ? *generator : default_generator();
   auto [seed, offset] = gen.reserve(static_cast<uint64_t>(x.numel()));
   if (x.is_contiguous()) {

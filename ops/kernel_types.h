@@ -188,20 +188,29 @@ struct AdamStepFactors {
   double step_size = 0;
   double inv_bias_corr2_sqrt = 0;
 };
-// max_exp_avg_sqs is empty unless options.amsgrad.
+// max_exp_avg_sqs is empty unless options.amsgrad. The step counts come either from the host,
+// as factors (one per tensor; step_counts empty, lr undefined), or from tensors on the
+// parameters' device that the kernel reads when it runs, so that a step captured into a CUDA
+// graph uses each replay's values (nn/optim's capturable mode): step_counts (one 0-dim int64 per
+// tensor, incremented by the kernel before use) and lr (0-dim float64, replacing options.lr);
+// factors is then empty.
 using FusedAdamKernel = void (*)(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                                  const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                                  const std::vector<Tensor>& max_exp_avg_sqs,
-                                 const std::vector<AdamStepFactors>& factors, const AdamStepOptions& options);
+                                 const std::vector<AdamStepFactors>& factors,
+                                 const std::vector<Tensor>& step_counts, const Tensor& lr,
+                                 const AdamStepOptions& options);
 struct SgdStepOptions {
   double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
   bool nesterov = false;
   bool maximize = false;
   bool first_step = false;  // the momentum buffers start as the first direction instead of being updated
 };
-// momentum_buffers is empty when options.momentum == 0.
+// momentum_buffers is empty when options.momentum == 0. lr, when defined (0-dim float64 on the
+// parameters' device, read when the kernel runs), replaces options.lr.
 using FusedSgdKernel = void (*)(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                                const std::vector<Tensor>& momentum_buffers, const SgdStepOptions& options);
+                                const std::vector<Tensor>& momentum_buffers, const Tensor& lr,
+                                const SgdStepOptions& options);
 // out (float64, 0-dim, on the tensors' device) = the sum of |x|^norm_type over every element of
 // every tensor, or max |x| (NaN if any x is NaN) for norm_type = infinity.
 using ForeachNormKernel = void (*)(const Tensor& out, const std::vector<Tensor>& tensors, double norm_type);

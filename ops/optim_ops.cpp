@@ -52,55 +52,53 @@ Device first_device(const char* op, const char* list_name, const std::vector<Ten
   return list[0].device();
 }
 
+// Checks a 0-dim tensor that a capturable step reads on `device`.
+void check_device_scalar(const char* op, const std::string& name, const Tensor& t, DType dtype,
+                         Device device) {
+  LOOM_CHECK(t.defined(), op, ": ", name, " is an undefined tensor");
+  LOOM_CHECK(t.dim() == 0 && t.dtype() == dtype && t.device() == device, op, ": ", name, " must be a 0-dim ",
+             dtype, " on ", device, ", got ", t.dtype(), " ", t.sizes(), " on ", t.device());
+}
+
 void bump_versions(const std::vector<Tensor>& tensors) {
   for (const Tensor& t : tensors) t.storage()->bump_version();
 }
 
-}  // namespace
-
-AdamStepFactors adam_step_factors(const AdamStepOptions& options, int64_t step) {
-  const double t = static_cast<double>(step);
-  return {options.lr / (1.0 - std::pow(options.beta1, t)), 1.0 / std::sqrt(1.0 - std::pow(options.beta2, t))};
+// The checks of both forms of fused_adam_ on everything but the step counts; false when there
+// is nothing to update.
+bool check_adam_call(const char* op, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                     const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                     const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepOptions& h) {
+  LOOM_CHECK(h.lr >= 0 && h.eps >= 0 && h.weight_decay >= 0, op,
+             ": lr, eps and weight_decay must be >= 0, got lr=", h.lr, ", eps=", h.eps,
+             ", weight_decay=", h.weight_decay);
+  LOOM_CHECK(h.beta1 >= 0 && h.beta1 < 1 && h.beta2 >= 0 && h.beta2 < 1, op,
+             ": beta1 and beta2 must lie in [0, 1), got beta1=", h.beta1, ", beta2=", h.beta2);
+  if (params.empty()) return false;
+  check_float_list(op, "params", params, first_device(op, "params", params));
+  check_companion(op, "grads", grads, params);
+  check_companion(op, "exp_avgs", exp_avgs, params);
+  check_companion(op, "exp_avg_sqs", exp_avg_sqs, params);
+  if (h.amsgrad)
+    check_companion(op, "max_exp_avg_sqs", max_exp_avg_sqs, params);
+  else
+    LOOM_CHECK(max_exp_avg_sqs.empty(), op, ": max_exp_avg_sqs must be empty without amsgrad, got ",
+               max_exp_avg_sqs.size(), " tensors");
+  return true;
 }
 
-void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-                 const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<int64_t>& steps,
-                 const AdamStepOptions& options) {
-  constexpr const char* kOp = "fused_adam_";
-  const AdamStepOptions& h = options;
-  LOOM_CHECK(h.lr >= 0 && h.eps >= 0 && h.weight_decay >= 0, kOp, ": lr, eps and weight_decay must be >= 0, got lr=",
-             h.lr, ", eps=", h.eps, ", weight_decay=", h.weight_decay);
-  LOOM_CHECK(h.beta1 >= 0 && h.beta1 < 1 && h.beta2 >= 0 && h.beta2 < 1, kOp,
-             ": beta1 and beta2 must lie in [0, 1), got beta1=", h.beta1, ", beta2=", h.beta2);
-  if (params.empty()) return;
-  check_float_list(kOp, "params", params, first_device(kOp, "params", params));
-  check_companion(kOp, "grads", grads, params);
-  check_companion(kOp, "exp_avgs", exp_avgs, params);
-  check_companion(kOp, "exp_avg_sqs", exp_avg_sqs, params);
-  if (h.amsgrad)
-    check_companion(kOp, "max_exp_avg_sqs", max_exp_avg_sqs, params);
-  else
-    LOOM_CHECK(max_exp_avg_sqs.empty(), kOp, ": max_exp_avg_sqs must be empty without amsgrad, got ",
-               max_exp_avg_sqs.size(), " tensors");
-  LOOM_CHECK(steps.size() == params.size(), kOp, ": steps has ", steps.size(), " entries but params has ",
-             params.size());
-  std::vector<AdamStepFactors> factors;
-  factors.reserve(steps.size());
-  for (size_t i = 0; i < steps.size(); ++i) {
-    LOOM_CHECK(steps[i] >= 1, kOp, ": steps[", i, "] is ", steps[i], "; a step count after incrementing is >= 1");
-    factors.push_back(adam_step_factors(h, steps[i]));
-  }
-  get_kernel<Op::fused_adam_>(params[0].device())(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, factors,
-                                                   h);
+void bump_adam_versions(const std::vector<Tensor>& params, const std::vector<Tensor>& exp_avgs,
+                        const std::vector<Tensor>& exp_avg_sqs, const std::vector<Tensor>& max_exp_avg_sqs) {
   bump_versions(params);
   bump_versions(exp_avgs);
   bump_versions(exp_avg_sqs);
   bump_versions(max_exp_avg_sqs);
 }
 
-void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                const std::vector<Tensor>& momentum_buffers, const SgdStepOptions& options) {
+// Both forms of fused_sgd_: lr is null for the host's options.lr.
+void run_fused_sgd(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                   const std::vector<Tensor>& momentum_buffers, const Tensor* lr,
+                   const SgdStepOptions& options) {
   constexpr const char* kOp = "fused_sgd_";
   const SgdStepOptions& h = options;
   LOOM_CHECK(h.lr >= 0 && h.momentum >= 0 && h.dampening >= 0 && h.weight_decay >= 0, kOp,
@@ -117,9 +115,66 @@ void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
   else
     LOOM_CHECK(momentum_buffers.empty(), kOp, ": momentum_buffers must be empty without momentum, got ",
                momentum_buffers.size(), " tensors");
-  get_kernel<Op::fused_sgd_>(params[0].device())(params, grads, momentum_buffers, h);
+  if (lr != nullptr) check_device_scalar(kOp, "lr", *lr, kFloat64, params[0].device());
+  get_kernel<Op::fused_sgd_>(params[0].device())(params, grads, momentum_buffers, lr ? *lr : Tensor(), h);
   bump_versions(params);
   bump_versions(momentum_buffers);
+}
+
+}  // namespace
+
+AdamStepFactors adam_step_factors(const AdamStepOptions& options, int64_t step) {
+  const double t = static_cast<double>(step);
+  return {options.lr / (1.0 - std::pow(options.beta1, t)), 1.0 / std::sqrt(1.0 - std::pow(options.beta2, t))};
+}
+
+void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                 const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<int64_t>& steps,
+                 const AdamStepOptions& options) {
+  constexpr const char* kOp = "fused_adam_";
+  if (!check_adam_call(kOp, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, options)) return;
+  LOOM_CHECK(steps.size() == params.size(), kOp, ": steps has ", steps.size(), " entries but params has ",
+             params.size());
+  std::vector<AdamStepFactors> factors;
+  factors.reserve(steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    LOOM_CHECK(steps[i] >= 1, kOp, ": steps[", i, "] is ", steps[i],
+               "; a step count after incrementing is >= 1");
+    factors.push_back(adam_step_factors(options, steps[i]));
+  }
+  get_kernel<Op::fused_adam_>(params[0].device())(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
+                                                  factors, {}, Tensor(), options);
+  bump_adam_versions(params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs);
+}
+
+void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                 const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& step_counts,
+                 const Tensor& lr, const AdamStepOptions& options) {
+  constexpr const char* kOp = "fused_adam_";
+  if (!check_adam_call(kOp, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, options)) return;
+  const Device device = params[0].device();
+  LOOM_CHECK(step_counts.size() == params.size(), kOp, ": step_counts has ", step_counts.size(),
+             " tensors but params has ", params.size());
+  for (size_t i = 0; i < step_counts.size(); ++i)
+    check_device_scalar(kOp, "step_counts[" + std::to_string(i) + "]", step_counts[i], kInt64, device);
+  check_device_scalar(kOp, "lr", lr, kFloat64, device);
+  get_kernel<Op::fused_adam_>(device)(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, {}, step_counts,
+                                      lr, options);
+  bump_adam_versions(params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs);
+  bump_versions(step_counts);
+}
+
+void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& momentum_buffers, const SgdStepOptions& options) {
+  run_fused_sgd(params, grads, momentum_buffers, nullptr, options);
+}
+
+void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& momentum_buffers, const Tensor& lr,
+                const SgdStepOptions& options) {
+  run_fused_sgd(params, grads, momentum_buffers, &lr, options);
 }
 
 Tensor foreach_norm_reduce(const std::vector<Tensor>& tensors, double norm_type, Device device) {

@@ -35,6 +35,19 @@ void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
                  const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<int64_t>& steps,
                  const AdamStepOptions& options);
 
+// The capturable form (torch's fused Adam with capturable=True and a tensor lr): the same step,
+// with each tensor's step count and the learning rate read from tensors on the parameters'
+// device when the step runs rather than from host numbers, so that a step captured into a CUDA
+// graph (core/cuda_graph.h) uses the counts and lr of each replay. step_counts[i]: a 0-dim int64
+// on params[i]'s device, incremented by the call before use (so >= 0 before it); lr: a 0-dim
+// float64 on the parameters' device, read in place of options.lr (so its value is not checked).
+// Nothing is read back to the host. Throws as above, and for a step count or lr of another dtype, shape or
+// device.
+void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                 const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& step_counts,
+                 const Tensor& lr, const AdamStepOptions& options);
+
 // One SGD step, in place (torch.optim.SGD; nn/optim/sgd.h has the formula). momentum_buffers
 // is empty when options.momentum == 0; with options.first_step, each buffer is set to the
 // first direction (its old values are not read, so it may be uninitialised). Same tensor rules
@@ -42,6 +55,10 @@ void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
 // hyper-parameter, or nesterov without momentum > 0 and dampening = 0.
 void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                 const std::vector<Tensor>& momentum_buffers, const SgdStepOptions& options);
+// The same with the learning rate read from lr (a 0-dim float64 on the parameters' device) when
+// the step runs, in place of options.lr: the capturable form.
+void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& momentum_buffers, const Tensor& lr, const SgdStepOptions& options);
 
 // The sum over every element x of every tensor of |x|^norm_type (x * x for 2, |x| for 1), or
 // max |x| for norm_type = infinity (NaN when any x is NaN), accumulated in float64: a float64

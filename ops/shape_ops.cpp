@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 
+#include "core/cuda_graph.h"
 #include "core/parallel.h"
 #include "ops/autograd_hook.h"
 #include "ops/copy_ops.h"
@@ -43,6 +44,9 @@ Tensor index_as_int64(const Tensor& index, std::string_view op) {
 // Throws unless every value of a contiguous int64 index lies in [0, size). Each chunk first
 // finds its min and max (a vectorised pass) and looks for the culprit only when they are out.
 void check_index_range(const Tensor& index, int64_t size, int64_t dim, std::string_view op) {
+  // A capture cannot copy to the host: the CUDA kernels check the values on the device instead
+  // (ops/cuda/shape_kernels.cpp).
+  if (index.is_cuda() && cuda::current_stream_capturing()) return;
   Tensor host = to(index, kCPU);
   const int64_t* p = host.data_ptr<int64_t>();
   parallel_for(0, host.numel(), kParallelGrain * 4, [&](int64_t b, int64_t e) {

@@ -30,7 +30,7 @@ namespace {
 // The device words of captured checks (graph_checks.h), and which graph captures on which stream.
 struct CheckWord {
   const CudaGraph::Impl* graph;
-  std::string what;
+  std::string what, position;
   unsigned long long* word;
 };
 struct Checks {
@@ -61,7 +61,7 @@ void free_check_words(const CudaGraph::Impl* graph) {
 
 }  // namespace
 
-unsigned long long* capture_check_word(std::string what) {
+unsigned long long* capture_check_word(std::string what, std::string position) {
   Checks& c = checks();
   std::lock_guard<std::mutex> lock(c.mutex);
   auto graph = c.capturing.find(current_stream().handle());
@@ -74,7 +74,8 @@ unsigned long long* capture_check_word(std::string what) {
     // A synchronous memset on the legacy stream: done before any replay can write the word.
     LOOM_CUDA_CHECK(cudaMemset(word, 0xff, sizeof(unsigned long long)));
   }
-  c.words.push_back({graph->second, std::move(what), static_cast<unsigned long long*>(word)});
+  c.words.push_back(
+      {graph->second, std::move(what), std::move(position), static_cast<unsigned long long*>(word)});
   c.count = c.words.size();
   return static_cast<unsigned long long*>(word);
 }
@@ -92,7 +93,7 @@ void report_failed_graph_checks() {
     LOOM_CUDA_CHECK(cudaMemcpy(&value, w.word, sizeof value, cudaMemcpyDeviceToHost));
     if (value == ~0ull) continue;
     LOOM_CUDA_CHECK(cudaMemset(w.word, 0xff, sizeof(unsigned long long)));  // reported once
-    if (failed++ == 0) first = detail::concat(w.what, " (at batch index ", value, ")");
+    if (failed++ == 0) first = detail::concat(w.what, " (at ", w.position, " ", value, ")");
   }
   if (failed > 0)
     LOOM_FAIL(first, ", in a replay of a CUDA graph",

@@ -16,9 +16,10 @@ namespace loom::cuda {
 
 // A device word, "no error" (all ones) to begin with, for one check of the kernel being captured
 // on the current stream, described by `what` ("nll_loss: a target out of bounds for 10 classes").
-// The kernel stores the smallest bad index in it. Owned by the graph being captured, freed with it.
-// Throws loom::Error when the current stream is not being captured by a cuda::CudaGraph.
-unsigned long long* capture_check_word(std::string what);
+// The kernel stores the smallest bad position in it, which the report names after `position`
+// ("batch index"). Owned by the graph being captured, freed with it. Throws loom::Error when the
+// current stream is not being captured by a cuda::CudaGraph.
+unsigned long long* capture_check_word(std::string what, std::string position = "batch index");
 
 // Throws loom::Error naming the first captured check whose word a replay's kernel set, and the
 // index it recorded; that word is reset so the graph can run again. Free when no graph holds a

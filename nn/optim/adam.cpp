@@ -22,6 +22,7 @@ namespace {
 
 using optim_detail::batch_for;
 using optim_detail::check_all_grads;
+using optim_detail::check_capturable_layout;
 using optim_detail::fusable;
 using optim_detail::group_flag;
 using optim_detail::state_tensor;
@@ -33,11 +34,33 @@ constexpr const char* kMaxExpAvgSq = "max_exp_avg_sq";
 
 using AdamHyper = AdamStepOptions;
 
-// The tensors of one fused_adam_ call: a group's parameters on one device.
+// The tensors of one fused_adam_ call: a group's parameters on one device, with their step counts
+// after this step (on the host) or the counts to increment (capturable, on the device).
 struct AdamBatch {
-  std::vector<Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs;
+  std::vector<Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, step_counts;
   std::vector<int64_t> steps;
 };
+
+// Parameter i's step count, made (0) on its first step and kept on `device`: the CPU, or with
+// capturable the parameter's device. A count restored from a checkpoint (always on the CPU) or
+// left by the other mode is moved once, eagerly; under a capture the count must already be in
+// place, as the graph would make or move it again at every replay.
+Tensor& step_count(std::map<std::string, Tensor>& state, Device device, const char* name, size_t g,
+                   size_t i) {
+  auto it = state.find(kStep);
+  const bool in_place = it != state.end() && it->second.device() == device;
+  LOOM_CHECK(in_place || !cuda::current_stream_capturing(), name, ": parameter ", i, " of group ", g,
+             " has no step count on ", device,
+             " yet; run a step before capturing the optimizer into a CUDA graph "
+             "(warm-up)");
+  if (it == state.end()) it = state.emplace(kStep, zeros({}, TensorOptions(kInt64).device(device))).first;
+  Tensor& step = it->second;
+  LOOM_CHECK(step.dtype() == kInt64 && step.numel() == 1, name, ": state 'step' of parameter ", i,
+             " of group ", g, " should be one int64, got ", step.dtype(), " ", step.sizes(), " on ",
+             step.device());
+  if (!in_place) step = step.to(device).reshape({});
+  return step;
+}
 
 AdamHyper read_hyper(const ParamGroup& group, size_t g, const char* name, bool decoupled) {
   AdamHyper h;
@@ -97,32 +120,39 @@ void adam_by_ops(Tensor& p, const Tensor& grad, std::map<std::string, Tensor>& s
 
 }  // namespace
 
-Adam::Adam(std::vector<ParamGroup> param_groups, std::map<std::string, double> defaults, bool decoupled)
-    : Optimizer(std::move(param_groups), std::move(defaults)), decoupled_(decoupled) {
+Adam::Adam(std::vector<ParamGroup> param_groups, std::map<std::string, double> defaults, bool decoupled,
+           bool capturable)
+    : Optimizer(std::move(param_groups), std::move(defaults)),
+      decoupled_(decoupled),
+      capturable_(capturable) {
   for (size_t g = 0; g < this->param_groups().size(); ++g)
-    read_hyper(this->param_groups()[g], g, decoupled_ ? "AdamW" : "Adam", decoupled_);
+    read_hyper(this->param_groups()[g], g, name(), decoupled_);
 }
 
 Adam::Adam(std::vector<ParamGroup> param_groups, AdamOptions options)
-    : Adam(std::move(param_groups), defaults_of(options), false) {}
+    : Adam(std::move(param_groups), defaults_of(options), false, options.capturable) {}
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions options)
-    : Adam(std::vector<ParamGroup>{ParamGroup(std::move(params))}, defaults_of(options), false) {}
+    : Adam(std::vector<ParamGroup>{ParamGroup(std::move(params))}, defaults_of(options), false,
+           options.capturable) {}
 
 AdamW::AdamW(std::vector<ParamGroup> param_groups, AdamWOptions options)
-    : Adam(std::move(param_groups), defaults_of(options), true) {}
+    : Adam(std::move(param_groups), defaults_of(options), true, options.capturable) {}
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
-    : Adam(std::vector<ParamGroup>{ParamGroup(std::move(params))}, defaults_of(options), true) {}
+    : Adam(std::vector<ParamGroup>{ParamGroup(std::move(params))}, defaults_of(options), true,
+           options.capturable) {}
 
 void Adam::step() {
-  const char* name = decoupled_ ? "AdamW" : "Adam";
+  const char* name = this->name();
+  const bool capturing = cuda::current_stream_capturing();
   // Each replay of a graph would reuse the captured step's bias corrections, which the step count
   // kept on the host decides (torch's Adam without capturable=True refuses the same way).
   LOOM_CHECK(
-      !cuda::current_stream_capturing(), name,
+      capturable_ || !capturing, name,
       ": cannot be captured into a CUDA graph: its step count lives on the host, so every replay would "
-      "repeat the captured step's bias correction. Run optimizer.step() outside the graph, or use SGD");
+      "repeat the captured step's bias correction. Construct it with capturable = true, or run "
+      "optimizer.step() outside the graph");
   NoGradGuard no_grad;
   std::vector<ParamGroup>& groups = param_groups();
   std::vector<AdamHyper> hypers;
@@ -138,20 +168,14 @@ void Adam::step() {
       Tensor& p = groups[g].params[i];
       if (!p.grad().defined()) continue;
       const Tensor& grad = p.grad();
+      if (capturable_) check_capturable_layout(p, capturing, name, g, i);
       ParamState& state = state_of(p);
-
-      // The step count stays on the CPU (as torch's non-capturable Adam keeps it), so the
-      // bias corrections are plain doubles whatever the parameter's device.
-      auto step_it = state.find(kStep);
-      if (step_it == state.end()) step_it = state.emplace(kStep, scalar_tensor(0, kInt64)).first;
-      Tensor& step = step_it->second;
-      LOOM_CHECK(step.is_cpu() && step.dtype() == kInt64 && step.numel() == 1, name,
-                 ": state 'step' of parameter ", i, " of group ", g, " should be one int64 on the CPU, got ",
-                 step.dtype(), " ", step.sizes(), " on ", step.device());
-      const int64_t t = ++step.data_ptr<int64_t>()[0];
-      step.storage()->bump_version();
+      Tensor& step = step_count(state, capturable_ ? p.device() : Device(kCPU), name, g, i);
 
       if (!fusable(p)) {
+        // Eager only (checked above): the count is read back to the host when it lives on a device.
+        const int64_t t = capturable_ ? step.add_(1).item<int64_t>() : ++step.data_ptr<int64_t>()[0];
+        if (!capturable_) step.storage()->bump_version();
         adam_by_ops(p, grad, state, h, adam_step_factors(h, t), name);
         continue;
       }
@@ -162,11 +186,25 @@ void Adam::step() {
       batch.exp_avgs.push_back(state_tensor(state, kExpAvg, p, name, zeros_like_p));
       batch.exp_avg_sqs.push_back(state_tensor(state, kExpAvgSq, p, name, zeros_like_p));
       if (h.amsgrad) batch.max_exp_avg_sqs.push_back(state_tensor(state, kMaxExpAvgSq, p, name, zeros_like_p));
-      batch.steps.push_back(t);
+      if (capturable_) {
+        batch.step_counts.push_back(step);  // incremented by the op, on the device
+      } else {
+        batch.steps.push_back(++step.data_ptr<int64_t>()[0]);
+        step.storage()->bump_version();
+      }
     }
-    for (const auto& [device, b] : batches)
-      fused_adam_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, b.max_exp_avg_sqs, b.steps, h);
+    for (const auto& [device, b] : batches) {
+      if (capturable_)
+        fused_adam_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, b.max_exp_avg_sqs, b.step_counts,
+                    device_lrs_.for_step(g, device, h.lr, name), h);
+      else
+        fused_adam_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, b.max_exp_avg_sqs, b.steps, h);
+    }
   }
+}
+
+void Adam::hyperparameters_changed() {
+  if (capturable_) device_lrs_.write(param_groups(), name());
 }
 
 }  // namespace loom::nn

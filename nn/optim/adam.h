@@ -6,6 +6,7 @@
  */
 #pragma once
 
+#include "nn/optim/device_lr.h"
 #include "nn/optim/optimizer.h"
 
 namespace loom::nn {
@@ -18,6 +19,9 @@ struct AdamOptions {
   double weight_decay = 0.0;  // Adam: L2 penalty added to the gradient
   bool amsgrad = false;
   bool maximize = false;
+  // Keep each step count on its parameter's device and read the counts and the lr there when
+  // the step runs, so that the step can be captured into a CUDA graph (torch's capturable=True).
+  bool capturable = false;
 };
 
 // AdamOptions with AdamW's default decoupled weight decay (torch: 1e-2).
@@ -29,6 +33,9 @@ struct AdamWOptions {
   double weight_decay = 1e-2;  // AdamW: p *= 1 - lr * weight_decay before the Adam update
   bool amsgrad = false;
   bool maximize = false;
+  // Keep each step count on its parameter's device and read the counts and the lr there when
+  // the step runs, so that the step can be captured into a CUDA graph (torch's capturable=True).
+  bool capturable = false;
 };
 
 // For every parameter p with a gradient g, with t the parameter's own step count after
@@ -41,8 +48,17 @@ struct AdamWOptions {
 //   v_max = max(v_max, v)                           (amsgrad; v_max replaces v below)
 //   p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 // Group options: "lr", "beta1", "beta2", "eps", "weight_decay", "amsgrad", "maximize" (flags
-// are 0/1). State per parameter: "step" (0-dim int64, on the CPU), "exp_avg", "exp_avg_sq"
-// and, with amsgrad, "max_exp_avg_sq" (the shape of p).
+// are 0/1). State per parameter: "step" (0-dim int64, on the CPU; with capturable, on the
+// parameter's device), "exp_avg", "exp_avg_sq" and, with amsgrad, "max_exp_avg_sq" (the shape
+// of p). A checkpoint's step counts load into either kind; the first step moves them.
+//
+// CUDA graphs: without capturable, step() throws during a capture, since every replay would
+// repeat the captured step's bias corrections. With capturable, the fused op increments the
+// counts and computes the bias corrections on the device, and reads each group's lr from a device
+// tensor that every eager step and hyperparameters_changed() (called by the LR schedules) keep
+// up to date; betas, eps and weight decay stay as the capture saw them. Capture after one eager
+// step (which makes the state); a captured step throws for missing state or a non-contiguous
+// parameter.
 //
 // Contiguous parameters are updated by the fused_adam_ op (ops/optim_ops.h), once per group and
 // device: on the CPU one fused loop over all of them in one parallel range, on CUDA one launch
@@ -56,12 +72,18 @@ class Adam : public Optimizer {
   Adam(std::vector<Tensor> params, AdamOptions options = {});
 
   void step() override;
+  void hyperparameters_changed() override;
 
  protected:
-  Adam(std::vector<ParamGroup> param_groups, std::map<std::string, double> defaults, bool decoupled);
+  Adam(std::vector<ParamGroup> param_groups, std::map<std::string, double> defaults, bool decoupled,
+       bool capturable);
 
  private:
+  const char* name() const { return decoupled_ ? "AdamW" : "Adam"; }
+
   bool decoupled_;  // AdamW's weight decay
+  bool capturable_;
+  optim_detail::DeviceLrs device_lrs_;  // with capturable_
 };
 
 // Adam with decoupled weight decay (Loshchilov & Hutter): the decay shrinks the parameter

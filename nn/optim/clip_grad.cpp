@@ -67,26 +67,48 @@ Tensor root(const Tensor& sum, double p) {
 // anything back before the scaling: torch's foreach clip_grad_norm_, where the factor
 // min(max_norm / (norm + 1e-6), 1) stays a device scalar (multiplying by 1 leaves every value,
 // NaN included, as it was).
-double clip_on_device(const std::vector<Tensor>& grads, Device device, double max_norm, double norm_type) {
+Tensor clip_on_device(const std::vector<Tensor>& grads, Device device, double max_norm, double norm_type) {
   const Tensor norm = root(foreach_norm_reduce(grads, norm_type, device), norm_type);
   const Tensor coef = full({}, max_norm, TensorOptions(kFloat64).device(device)).div(norm.add(1e-6)).clamp({}, 1.0);
   foreach_mul_(grads, coef);
-  // The one synchronisation of the call: the norm is returned as a double (torch's .item()).
-  return norm.to(kCPU).item<double>();
+  return norm;
+}
+
+void check_clip_arguments(const char* fn, double max_norm, double norm_type) {
+  LOOM_CHECK(max_norm >= 0, fn, ": max_norm must be >= 0, got ", max_norm);
+  LOOM_CHECK(norm_type > 0, fn, ": norm_type must be > 0 or infinity, got ", norm_type);
 }
 
 }  // namespace
 
+Tensor clip_grad_norm_on_device_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+  constexpr const char* kFn = "clip_grad_norm_on_device_";
+  check_clip_arguments(kFn, max_norm, norm_type);
+  NoGradGuard no_grad;
+  const Grads grads = collect_grads(params, kFn);  // every parameter defined
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& grad = params[i].grad();
+    LOOM_CHECK(!grad.defined() || grad.is_contiguous(), kFn, ": the gradient of parameter ", i, " (shape ",
+               grad.sizes(), ") is not contiguous; the device form takes contiguous gradients only");
+  }
+  if (grads.empty()) return Tensor();
+  LOOM_CHECK(grads.contiguous.size() == 1, kFn, ": the gradients are on ", grads.contiguous[0].first, " and ",
+             grads.contiguous[1].first, "; the device form takes gradients on one device");
+  return clip_on_device(grads.contiguous[0].second, grads.contiguous[0].first, max_norm, norm_type);
+}
+
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
                        bool error_if_nonfinite) {
-  LOOM_CHECK(max_norm >= 0, "clip_grad_norm_: max_norm must be >= 0, got ", max_norm);
-  LOOM_CHECK(norm_type > 0, "clip_grad_norm_: norm_type must be > 0 or infinity, got ", norm_type);
+  check_clip_arguments("clip_grad_norm_", max_norm, norm_type);
   NoGradGuard no_grad;
   const Grads grads = collect_grads(params, "clip_grad_norm_");
   if (grads.empty()) return 0.0;
   if (grads.other.empty() && grads.contiguous.size() == 1 && grads.contiguous[0].first.is_cuda() &&
       !error_if_nonfinite)
-    return clip_on_device(grads.contiguous[0].second, grads.contiguous[0].first, max_norm, norm_type);
+    // The one synchronisation of this path: the norm is returned as a double (torch's .item()).
+    return clip_on_device(grads.contiguous[0].second, grads.contiguous[0].first, max_norm, norm_type)
+        .to(kCPU)
+        .item<double>();
 
   // Each device's sum read back (no wait on the CPU), then the others', in order.
   double sum = 0;

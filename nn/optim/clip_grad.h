@@ -34,6 +34,13 @@ namespace loom::nn {
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
                        bool error_if_nonfinite = false);
 
+// The same clipping, returning the norm as a float64 0-dim tensor on the gradients' device
+// without reading it back, so that it can run inside a CUDA-graph capture (core/cuda_graph.h)
+// and each replay clips with the norm of its own gradients. Every gradient must be contiguous
+// and on one device; throws loom::Error naming the parameter otherwise, and for the arguments
+// clip_grad_norm_ refuses. With no gradient, returns undefined.
+Tensor clip_grad_norm_on_device_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
+
 // Clamps every element of every parameter's gradient to [-clip_value, clip_value] in place
 // (NaN stays NaN). Parameters without a gradient are skipped. Throws loom::Error for
 // clip_value < 0 or a gradient whose dtype is not float32/float64.

@@ -8,6 +8,7 @@
 #include <numbers>
 #include <set>
 
+#include "core/cuda_graph.h"
 #include "ops/ops.h"
 
 // The schedules reproduce torch's Python arithmetic, where every product is rounded before
@@ -52,6 +53,11 @@ LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {
 }
 
 void LRScheduler::apply() {
+  // A replay runs the captured kernels only: this host code would not run again, and the lr the
+  // capture saw would stay in the graph.
+  LOOM_CHECK(!cuda::current_stream_capturing(),
+             "LRScheduler: stepped while a CUDA graph is being captured; step the schedule between replays, "
+             "outside the capture (with a capturable optimizer, each replay then reads the new lr)");
   std::vector<ParamGroup>& groups = optimizer_.param_groups();
   LOOM_CHECK(groups.size() == base_lrs_.size(), "LRScheduler: the optimizer has ", groups.size(),
              " parameter groups but had ", base_lrs_.size(),
@@ -64,6 +70,7 @@ void LRScheduler::apply() {
     adjust_group(last_step_, g, groups[g]);
   }
   last_lr_ = std::move(lrs);
+  optimizer_.hyperparameters_changed();
 }
 
 void LRScheduler::step() {

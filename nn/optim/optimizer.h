@@ -46,6 +46,12 @@ class Optimizer {
   virtual void step() = 0;
   // Drops (set_to_none) or zeroes the gradients of every parameter of every group.
   void zero_grad(bool set_to_none = true);
+  // Tells the optimizer that groups' hyper-parameters were changed outside step(). The LR
+  // schedules call it after each change. A capturable optimizer (SGD, Adam, AdamW with
+  // capturable = true) writes the new lrs into the device tensors its captured step reads, so
+  // the next replay of a CUDA graph uses them; call it after setting group.lr() by hand
+  // between replays. Throws during a capture. The others need nothing: step() reads the groups.
+  virtual void hyperparameters_changed() {}
 
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }

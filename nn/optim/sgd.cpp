@@ -21,6 +21,7 @@ namespace {
 
 using optim_detail::batch_for;
 using optim_detail::check_all_grads;
+using optim_detail::check_capturable_layout;
 using optim_detail::fusable;
 using optim_detail::group_flag;
 using optim_detail::state_tensor;
@@ -96,6 +97,7 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options)
 
 void SGD::step() {
   NoGradGuard no_grad;
+  const bool capturing = cuda::current_stream_capturing();
   std::vector<ParamGroup>& groups = param_groups();
   std::vector<SgdHyper> hypers;
   hypers.reserve(groups.size());
@@ -111,6 +113,7 @@ void SGD::step() {
       Tensor& p = groups[g].params[i];
       if (!p.grad().defined()) continue;
       const Tensor& grad = p.grad();
+      if (options_.capturable) check_capturable_layout(p, capturing, kName, g, i);
       if (!fusable(p)) {
         ParamState scratch;
         sgd_by_ops(p, grad, h.momentum != 0 ? state_of(p) : scratch, h);
@@ -125,8 +128,8 @@ void SGD::step() {
       ParamState& state = state_of(p);
       // A captured first step would start the momentum buffer again at every replay.
       LOOM_CHECK(
-          state.contains(kBuffer) || !cuda::current_stream_capturing(), kName,
-          ": the momentum buffer of parameter ", i, " of group ", g,
+          state.contains(kBuffer) || !capturing, kName, ": the momentum buffer of parameter ", i,
+          " of group ", g,
           " does not exist yet; run a step before capturing the optimizer into a CUDA graph (warm-up)");
       SgdBatch& batch = pair[state.contains(kBuffer) ? 0 : 1];
       batch.params.push_back(p);
@@ -135,13 +138,22 @@ void SGD::step() {
       batch.buffers.push_back(state_tensor(state, kBuffer, p, kName, [&] { return empty(p.sizes(), p.options()); }));
     }
     for (const auto& [device, pair] : batches) {
+      const Tensor* lr = options_.capturable ? &device_lrs_.for_step(g, device, h.lr, kName) : nullptr;
       for (int first = 0; first < 2; ++first) {
         SgdHyper call = h;
         call.first_step = first == 1;
-        fused_sgd_(pair[first].params, pair[first].grads, pair[first].buffers, call);
+        const SgdBatch& b = pair[first];
+        if (lr != nullptr)
+          fused_sgd_(b.params, b.grads, b.buffers, *lr, call);
+        else
+          fused_sgd_(b.params, b.grads, b.buffers, call);
       }
     }
   }
+}
+
+void SGD::hyperparameters_changed() {
+  if (options_.capturable) device_lrs_.write(param_groups(), kName);
 }
 
 }  // namespace loom::nn

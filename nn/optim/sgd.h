@@ -11,6 +11,7 @@
 
 #include <limits>
 
+#include "nn/optim/device_lr.h"
 #include "nn/optim/optimizer.h"
 
 namespace loom::nn {
@@ -22,6 +23,10 @@ struct SGDOptions {
   double weight_decay = 0.0;  // L2 penalty: added to the gradient as weight_decay * param
   bool nesterov = false;
   bool maximize = false;  // ascend the objective instead of descending it
+  // Read the lr on the parameters' device when the step runs (nn/optim/device_lr.h), so that a
+  // step captured into a CUDA graph follows an LR schedule at every replay. Without it a captured
+  // step keeps the lr of the capture.
+  bool capturable = false;
 };
 
 // For every parameter p with a gradient g (torch.optim.SGD, PyTorch 1.13):
@@ -35,7 +40,12 @@ struct SGDOptions {
 //
 // Contiguous parameters are updated by the fused_sgd_ op (ops/optim_ops.h), per group and
 // device: on the CPU one fused loop over all of them in one parallel range, on CUDA one launch
-// per 64 parameters; non-contiguous ones by tensor ops. Throws
+// per 64 parameters; non-contiguous ones by tensor ops. With capturable, a step captured into a
+// CUDA graph (core/cuda_graph.h) reads each group's lr from a device tensor that every eager step
+// and hyperparameters_changed() (called by the LR schedules) keep up to date; momentum,
+// dampening and weight decay stay as the capture saw them. A captured step throws when a
+// momentum buffer or the lr tensor does not exist yet (run one step first), and, capturable,
+// for a non-contiguous parameter. Throws
 // loom::Error on construction for a missing or negative lr, negative momentum, dampening or
 // weight_decay, or nesterov without momentum > 0 and dampening 0 (and in step() when a group
 // has been edited into one of those), and in step() for a parameter whose dtype is not
@@ -46,11 +56,13 @@ class SGD : public Optimizer {
   SGD(std::vector<Tensor> params, SGDOptions options);
 
   void step() override;
+  void hyperparameters_changed() override;
 
   const SGDOptions& options() const { return options_; }
 
  private:
   SGDOptions options_;
+  optim_detail::DeviceLrs device_lrs_;  // with options_.capturable
 };
 
 }  // namespace loom::nn

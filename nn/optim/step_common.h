@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cuda_graph.h"
 #include "nn/optim/optimizer.h"
 
 namespace loom::nn::optim_detail {
@@ -60,17 +61,33 @@ Batch& batch_for(std::vector<std::pair<Device, Batch>>& batches, Device device) 
 
 // State tensor `name` of a parameter, created by `make` on first use and kept in the
 // parameter's dtype and device (the parameter may have been converted since, by Module::to).
+// Under a CUDA-graph capture neither may happen: the graph would make or convert the state
+// afresh at every replay, losing what earlier replays wrote.
 template <class Make>
 Tensor& state_tensor(std::map<std::string, Tensor>& state, const std::string& name, const Tensor& p,
                      std::string_view optimizer, const Make& make) {
   auto it = state.find(name);
+  const bool convert =
+      it != state.end() &&
+      (it->second.dtype() != p.dtype() || it->second.device() != p.device() || !it->second.is_contiguous());
+  LOOM_CHECK((it != state.end() && !convert) || !cuda::current_stream_capturing(), optimizer, ": state '",
+             name, "' of a parameter of shape ", p.sizes(), " is ",
+             it == state.end() ? "missing" : "not in its dtype and on its device",
+             "; run a step before capturing the optimizer into a CUDA graph (warm-up)");
   if (it == state.end()) return state.emplace(name, make()).first->second;
   Tensor& t = it->second;
   LOOM_CHECK(t.sizes() == p.sizes(), optimizer, ": state '", name, "' has shape ", t.sizes(),
              " but its parameter now has shape ", p.sizes());
-  if (t.dtype() != p.dtype() || t.device() != p.device() || !t.is_contiguous())
-    t = t.to(p.device(), p.dtype()).contiguous();
+  if (convert) t = t.to(p.device(), p.dtype()).contiguous();
   return t;
+}
+
+// A captured step must run on the fused op (its scalars read on the device); the per-op path for
+// non-contiguous parameters would bake this step's values into the graph.
+inline void check_capturable_layout(const Tensor& p, bool capturing, std::string_view optimizer, size_t g,
+                                    size_t i) {
+  LOOM_CHECK(!capturing || fusable(p), optimizer, ": parameter ", i, " of group ", g, " (shape ", p.sizes(),
+             ") is not contiguous; a step captured into a CUDA graph updates contiguous parameters only");
 }
 
 }  // namespace loom::nn::optim_detail

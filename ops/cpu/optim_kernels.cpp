@@ -18,6 +18,7 @@
 #include "ops/cpu/flat_range.h"
 #include "ops/cpu/vector_isa.h"
 #include "ops/dispatch.h"
+#include "ops/optim_ops.h"
 
 namespace loom::cpu {
 
@@ -115,10 +116,20 @@ void adam_loop(const AdamItem& item, const AdamStepOptions& h, int64_t begin, in
   }
 }
 
+// The step counts and lr of the capturable form live in CPU memory here: the kernel reads them
+// as it runs, like the CUDA one, and then takes the host path.
 void fused_adam_kernel(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                        const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                        const std::vector<Tensor>& max_exp_avg_sqs,
-                       const std::vector<AdamStepFactors>& factors, const AdamStepOptions& options) {
+                       const std::vector<AdamStepFactors>& host_factors,
+                       const std::vector<Tensor>& step_counts, const Tensor& lr,
+                       const AdamStepOptions& host_options) {
+  AdamStepOptions options = host_options;
+  if (lr.defined()) options.lr = lr.data_ptr<double>()[0];
+  std::vector<AdamStepFactors> counted;
+  for (const Tensor& count : step_counts)
+    counted.push_back(adam_step_factors(options, ++count.data_ptr<int64_t>()[0]));
+  const std::vector<AdamStepFactors>& factors = step_counts.empty() ? host_factors : counted;
   unsigned terms = 0;
   if (options.decoupled)
     terms |= kDecoupled;
@@ -182,7 +193,10 @@ void sgd_loop(const Tensor& param, const Tensor& grad, const Tensor* buffer, con
 }
 
 void fused_sgd_kernel(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                      const std::vector<Tensor>& momentum_buffers, const SgdStepOptions& options) {
+                      const std::vector<Tensor>& momentum_buffers, const Tensor& lr,
+                      const SgdStepOptions& host_options) {
+  SgdStepOptions options = host_options;
+  if (lr.defined()) options.lr = lr.data_ptr<double>()[0];  // the capturable form's, in CPU memory here
   unsigned terms = 0;
   if (options.weight_decay != 0) terms |= kWeightDecay;
   if (options.momentum != 0) {

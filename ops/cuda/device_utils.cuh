@@ -155,4 +155,19 @@ __device__ inline T block_reduce(T v, Op op, T identity, T* scratch) {
   return total;
 }
 
+// ---- input checks ----------------------------------------------------------------------------
+
+// The value of a bad-index word that no kernel has written (see core/cuda/graph_checks.h).
+constexpr unsigned long long kNoBadIndex = ~0ull;
+
+// *bad = min(*bad, i), with compare-and-swap only (no plain read races the other writers).
+__device__ inline void record_bad_index(unsigned long long* bad, unsigned long long i) {
+  unsigned long long expected = kNoBadIndex;
+  while (i < expected) {
+    const unsigned long long old = atomicCAS(bad, expected, i);
+    if (old == expected) break;
+    expected = old;
+  }
+}
+
 }  // namespace loom::cuda

@@ -26,8 +26,6 @@ namespace loom::cuda {
 
 namespace {
 
-constexpr unsigned long long kNoBadIndex = ~0ull;
-
 // ---- softmax family
 
 // Rows of n contiguous values (softmax along the last dim), one row per team:
@@ -132,16 +130,6 @@ __global__ void softmax_backward_columns_kernel(T* gx, const T* gy, const T* y, 
   }
 }
 // ---- nll_loss
-
-// *bad = min(*bad, i), with compare-and-swap only (no plain read races the other writers).
-__device__ inline void record_bad_index(unsigned long long* bad, unsigned long long i) {
-  unsigned long long expected = kNoBadIndex;
-  while (i < expected) {
-    const unsigned long long old = atomicCAS(bad, expected, i);
-    if (old == expected) break;
-    expected = old;
-  }
-}
 
 // The class of sample i if it is counted: -1 when ignored, -2 (recorded) when out of range.
 __device__ inline int64_t counted_class(const int64_t* target, int64_t target_stride, int64_t i,

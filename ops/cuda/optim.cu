@@ -33,13 +33,21 @@ __global__ void fused_adam_kernel(AdamList list, AdamArgs h) {
   T* v = static_cast<T*>(list.exp_avg_sq[k]);
   T* v_max = static_cast<T*>(list.max_exp_avg_sq[k]);
   const int64_t numel = list.numel[k];
+  const double lr = h.device_lr != nullptr ? *h.device_lr : h.lr;
+  double step_size = list.step_size[k], inv_bias_corr2_sqrt = list.inv_bias_corr2_sqrt[k];
+  if (list.step_count[k] != nullptr) {
+    // adam_step_factors (ops/optim_ops.cpp) at the count the increment kernel left.
+    const double t = static_cast<double>(*list.step_count[k]);
+    step_size = lr / (1.0 - m_pow(h.beta1, t));
+    inv_bias_corr2_sqrt = 1.0 / m_sqrt(1.0 - m_pow(h.beta2, t));
+  }
   const T sign = h.maximize ? T(-1) : T(1);
-  const T decay = static_cast<T>(1.0 - h.lr * h.weight_decay), wd = static_cast<T>(h.weight_decay);
+  const T decay = static_cast<T>(1.0 - lr * h.weight_decay), wd = static_cast<T>(h.weight_decay);
   const bool l2 = !h.decoupled && h.weight_decay != 0;
   const T b1 = static_cast<T>(h.beta1), one_minus_b1 = static_cast<T>(1.0 - h.beta1);
   const T b2 = static_cast<T>(h.beta2), one_minus_b2 = static_cast<T>(1.0 - h.beta2);
-  const T eps = static_cast<T>(h.eps), inv_bc2_sqrt = static_cast<T>(list.inv_bias_corr2_sqrt[k]);
-  const T neg_step_size = static_cast<T>(-list.step_size[k]);
+  const T eps = static_cast<T>(h.eps), inv_bc2_sqrt = static_cast<T>(inv_bias_corr2_sqrt);
+  const T neg_step_size = static_cast<T>(-step_size);
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < numel;
        i += int64_t{gridDim.x} * blockDim.x) {
     T pi = p[i];
@@ -60,6 +68,12 @@ __global__ void fused_adam_kernel(AdamList list, AdamArgs h) {
   }
 }
 
+// The capturable form's step counts, one thread each, in a launch of their own: every block of
+// the update that follows reads its tensor's count, so none may change it there.
+__global__ void increment_step_counts_kernel(AdamList list) {
+  if (static_cast<int>(threadIdx.x) < list.count) ++*list.step_count[threadIdx.x];
+}
+
 template <class T>
 __global__ void fused_sgd_kernel(SgdList list, SgdArgs h) {
   const int k = blockIdx.y;
@@ -69,7 +83,8 @@ __global__ void fused_sgd_kernel(SgdList list, SgdArgs h) {
   const int64_t numel = list.numel[k];
   const T sign = h.maximize ? T(-1) : T(1);
   const T wd = static_cast<T>(h.weight_decay), mom = static_cast<T>(h.momentum);
-  const T keep = static_cast<T>(1.0 - h.dampening), neg_lr = static_cast<T>(-h.lr);
+  const T keep = static_cast<T>(1.0 - h.dampening);
+  const T neg_lr = static_cast<T>(-(h.device_lr != nullptr ? *h.device_lr : h.lr));
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < numel;
        i += int64_t{gridDim.x} * blockDim.x) {
     const T pi = p[i];
@@ -155,7 +170,12 @@ constexpr int64_t kMaxNormBlocks = 32;
 // ---- launchers -----------------------------------------------------------------------------
 
 cudaError_t launch_fused_adam(const AdamList& list, int dtype, const AdamArgs& args, cudaStream_t stream) {
-  if (list.count == 0 || longest_of(list.numel, list.count) == 0) return cudaSuccess;
+  if (list.count == 0) return cudaSuccess;
+  if (list.step_count[0] != nullptr) {
+    const LaunchConfig counts{dim3(1), dim3(kMaxAdamTensors), 0, stream, BlockThreads::kIndependent};
+    if (const cudaError_t e = launch<increment_step_counts_kernel>(counts, list); e != cudaSuccess) return e;
+  }
+  if (longest_of(list.numel, list.count) == 0) return cudaSuccess;
   const LaunchConfig config = per_tensor_config(list.numel, list.count, stream);
   if (dtype == kCodeFloat32) return launch<fused_adam_kernel<float>>(config, list, args);
   if (dtype == kCodeFloat64) return launch<fused_adam_kernel<double>>(config, list, args);

@@ -20,14 +20,14 @@ namespace {
 
 constexpr DType kStepDTypes[] = {kFloat32, kFloat64};
 
-// Calls add(i) for every non-empty tensor i of dtype `dtype`, and flush() after each `capacity`
-// of them and once at the end if any are left.
+// Calls add(i) for every tensor i of dtype `dtype` (but empty ones, unless keep_empty), and
+// flush() after each `capacity` of them and once at the end if any are left.
 template <class Add, class Flush>
 void batch_by_dtype(const std::vector<Tensor>& tensors, DType dtype, int capacity, const Add& add,
-                    const Flush& flush) {
+                    const Flush& flush, bool keep_empty = false) {
   int count = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    if (tensors[i].dtype() != dtype || tensors[i].numel() == 0) continue;
+    if (tensors[i].dtype() != dtype || (tensors[i].numel() == 0 && !keep_empty)) continue;
     add(i, count);
     if (++count == capacity) {
       flush(count);
@@ -37,11 +37,19 @@ void batch_by_dtype(const std::vector<Tensor>& tensors, DType dtype, int capacit
   if (count > 0) flush(count);
 }
 
+// A device lr for the kernel's arguments: its address, or null for the host's.
+const double* device_lr_of(const Tensor& lr) {
+  return lr.defined() ? lr.data_ptr<double>() : nullptr;
+}
+
 void fused_adam_kernel(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                        const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-                       const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<AdamStepFactors>& factors,
-                       const AdamStepOptions& o) {
-  const AdamArgs args{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.decoupled, o.amsgrad, o.maximize};
+                       const std::vector<Tensor>& max_exp_avg_sqs,
+                       const std::vector<AdamStepFactors>& factors, const std::vector<Tensor>& step_counts,
+                       const Tensor& lr, const AdamStepOptions& o) {
+  const AdamArgs args{o.lr,        o.beta1,   o.beta2,    o.eps,           o.weight_decay,
+                      o.decoupled, o.amsgrad, o.maximize, device_lr_of(lr)};
+  const bool counted = !step_counts.empty();
   for (DType dtype : kStepDTypes) {
     AdamList list;
     batch_by_dtype(
@@ -53,20 +61,27 @@ void fused_adam_kernel(const std::vector<Tensor>& params, const std::vector<Tens
           list.exp_avg_sq[k] = exp_avg_sqs[i].data_ptr();
           list.max_exp_avg_sq[k] = o.amsgrad ? max_exp_avg_sqs[i].data_ptr() : nullptr;
           list.numel[k] = params[i].numel();
-          list.step_size[k] = factors[i].step_size;
-          list.inv_bias_corr2_sqrt[k] = factors[i].inv_bias_corr2_sqrt;
+          if (counted) {
+            list.step_count[k] = step_counts[i].data_ptr<int64_t>();
+          } else {
+            list.step_size[k] = factors[i].step_size;
+            list.inv_bias_corr2_sqrt[k] = factors[i].inv_bias_corr2_sqrt;
+          }
         },
         [&](int count) {
           list.count = count;
           LOOM_CUDA_CHECK(launch_fused_adam(list, static_cast<int>(dtype), args, op_stream()));
           list = AdamList{};
-        });
+        },
+        /*keep_empty=*/counted);  // an empty parameter's step count still advances
   }
 }
 
 void fused_sgd_kernel(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                      const std::vector<Tensor>& momentum_buffers, const SgdStepOptions& o) {
-  const SgdArgs args{o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov, o.maximize, o.first_step};
+                      const std::vector<Tensor>& momentum_buffers, const Tensor& lr,
+                      const SgdStepOptions& o) {
+  const SgdArgs args{o.lr,       o.momentum, o.dampening,  o.weight_decay,
+                     o.nesterov, o.maximize, o.first_step, device_lr_of(lr)};
   for (DType dtype : kStepDTypes) {
     SgdList list;
     batch_by_dtype(

@@ -14,7 +14,7 @@
 
 namespace loom::cuda {
 
-// 5 pointers, a size and 2 factors: 64 bytes a tensor, 2 KB a list.
+// 6 pointers, a size and 2 factors: 72 bytes a tensor, 2.3 KB a list.
 inline constexpr int kMaxAdamTensors = 32;
 
 struct AdamList {
@@ -24,18 +24,24 @@ struct AdamList {
   void* exp_avg_sq[kMaxAdamTensors] = {};
   void* max_exp_avg_sq[kMaxAdamTensors] = {};  // null without amsgrad
   int64_t numel[kMaxAdamTensors] = {};
+  // Host step counts: the factors. Device step counts (the capturable form): step_count, in
+  // device memory, incremented by the launch and read by the kernel, which then computes the
+  // factors itself; null on the host path.
   double step_size[kMaxAdamTensors] = {};            // lr / (1 - beta1^t)
   double inv_bias_corr2_sqrt[kMaxAdamTensors] = {};  // 1 / sqrt(1 - beta2^t)
+  int64_t* step_count[kMaxAdamTensors] = {};
   int count = 0;
 };
 
 struct AdamArgs {
   double lr, beta1, beta2, eps, weight_decay;
   bool decoupled, amsgrad, maximize;
+  const double* device_lr;  // read by the kernel in place of lr when not null (the capturable form)
 };
 
 // One Adam/AdamW step over the list's tensors (all float32 or all float64: `dtype`), in place;
-// the formula of nn/optim/adam.h.
+// the formula of nn/optim/adam.h. With device step counts, the list may hold empty tensors:
+// their counts are incremented too.
 cudaError_t launch_fused_adam(const AdamList& list, int dtype, const AdamArgs& args, cudaStream_t stream);
 
 // 3 pointers and a size: 32 bytes a tensor, 2 KB a list.
@@ -52,6 +58,7 @@ struct SgdList {
 struct SgdArgs {
   double lr, momentum, dampening, weight_decay;
   bool nesterov, maximize, first_step;
+  const double* device_lr;  // read by the kernel in place of lr when not null (the capturable form)
 };
 
 // One SGD step over the list's tensors, in place; the formula of nn/optim/sgd.h.

@@ -79,6 +79,15 @@ __global__ void indexed_copy_kernel(U* out, const U* src, const int64_t* index, 
 
 // One thread per line along `dim`: the line's elements are the only ones that may write the
 // same output element, so adding them in order of k needs no atomics and fixes the order.
+// The smallest position i with index[i] outside [0, size) goes into *bad (a CUDA graph's check
+// word): the device side of check_index_range during a capture.
+__global__ void index_range_check_kernel(const int64_t* index, int64_t n, int64_t size, unsigned long long* bad) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t v = index[i];
+    if (v < 0 || v >= size) record_bad_index(bad, static_cast<unsigned long long>(i));
+  }
+}
+
 template <class T>
 __global__ void indexed_add_kernel(T* out, const T* src, const int64_t* index, Layout3 l, int dim,
                                    int64_t step, int64_t lines) {
@@ -218,6 +227,12 @@ cudaError_t launch_indexed_copy(void* out, const void* src, const int64_t* index
     return launch<indexed_copy_kernel<U>>(grid_stride(numel, stream), static_cast<U*>(out),
                                           static_cast<const U*>(src), index, l, step, numel);
   });
+}
+
+cudaError_t launch_index_range_check(const int64_t* index, int64_t n, int64_t size, unsigned long long* bad,
+                                     cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  return launch<index_range_check_kernel>(grid_stride(n, stream), index, n, size, bad);
 }
 
 cudaError_t launch_indexed_add(void* out, const void* src, const int64_t* index, int dtype, const Layout3& l,

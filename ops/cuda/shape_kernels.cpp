@@ -7,7 +7,9 @@
  * Index values: ops/shape_ops.cpp copies every (small) index tensor to the host and checks its
  * values before any kernel runs (check_index_range), so a bad index is one loom::Error naming
  * the op, the value and the valid range on every backend; the kernels here read only checked
- * indices and need no device-side flag.
+ * indices. During a CUDA-graph capture the host cannot read the index: the kernels then check it
+ * on the device into a word of the graph, reported at the host's next wait for the GPU
+ * (check_index_in_capture, core/cuda/graph_checks.h).
  *
  * Synchronisation: every launch is on the current stream (op_stream.h), so pad_backward's
  * intermediate buffers (freed to the caching allocator on return) are not reused before the
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/graph_checks.h"
 #include "core/numeric_cast.h"
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/cuda/op_stream.h"
@@ -93,8 +96,19 @@ void cat_kernel(const Tensor& out, const std::vector<Tensor>& inputs, int64_t di
 
 // ---- index_select and gather ------------------------------------------------------------------
 
+// The device half of shape_ops.cpp's check_index_range, which leaves CUDA indices alone while the
+// stream is captured: every replay checks index (values along `dim` of a tensor of `size` there).
+void check_index_in_capture(const Tensor& index, int64_t size, int64_t dim, std::string_view op) {
+  if (!current_stream_capturing()) return;
+  const Tensor flat = index.contiguous();
+  unsigned long long* word = capture_check_word(
+      detail::concat(op, ": an index out of range for dim ", dim, " with size ", size), "index position");
+  LOOM_CUDA_CHECK(launch_index_range_check(index_ptr(flat), flat.numel(), size, word, op_stream()));
+}
+
 void index_select_kernel(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) {
   check_rank(out, "index_select");
+  check_index_in_capture(index, in.sizes()[dim], dim, "index_select");
   DimVector in_strides(in.strides());
   in_strides[dim] = 0;
   DimVector index_strides(static_cast<size_t>(out.dim()), 0);
@@ -106,6 +120,7 @@ void index_select_kernel(const Tensor& out, const Tensor& in, int64_t dim, const
 
 void gather_kernel(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) {
   check_rank(out, "gather");
+  check_index_in_capture(index, in.sizes()[dim], dim, "gather");
   DimVector in_strides(in.strides());
   in_strides[dim] = 0;
   LOOM_CUDA_CHECK(launch_indexed_copy(out.data_ptr(), in.data_ptr(), index_ptr(index), element_size(out),
@@ -118,6 +133,7 @@ void gather_kernel(const Tensor& out, const Tensor& in, int64_t dim, const Tenso
 // Deterministic: see launch_indexed_add (a thread per line along dim, no atomics).
 void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
   check_rank(out, "scatter_add");
+  check_index_in_capture(index, out.sizes()[dim], dim, "scatter_add");
   DimVector out_strides(out.strides());
   out_strides[dim] = 0;
   LOOM_CUDA_CHECK(launch_indexed_add(out.data_ptr(), src.data_ptr(), index_ptr(index), code(out),
@@ -127,6 +143,7 @@ void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, con
 
 void index_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
   check_rank(out, "index_add");
+  check_index_in_capture(index, out.sizes()[dim], dim, "index_add");
   DimVector out_strides(out.strides());
   out_strides[dim] = 0;
   DimVector index_strides(static_cast<size_t>(src.dim()), 0);

@@ -34,6 +34,11 @@ cudaError_t launch_strided_move(void* dst, const void* src, int element_size, co
 cudaError_t launch_indexed_copy(void* out, const void* src, const int64_t* index, int element_size,
                                 const Layout3& l, int64_t step, cudaStream_t stream);
 
+// *bad = the smallest i < n with index[i] outside [0, size), if that is smaller than *bad (a
+// contiguous index; `bad` a CUDA graph's check word, core/cuda/graph_checks.h).
+cudaError_t launch_index_range_check(const int64_t* index, int64_t n, int64_t size, unsigned long long* bad,
+                                     cudaStream_t stream);
+
 // scatter_add, index_add: out[i + index[i] * step] += src[i] over l (operands out, src, index).
 // Elements that differ only along `dim` may write the same place; elements that differ
 // elsewhere never do. Each thread owns one line along `dim` and adds it in order, so the result

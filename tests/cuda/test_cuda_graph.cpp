@@ -163,6 +163,29 @@ TEST_CASE("CUDA graph: a bad class index met by a replay is reported at the next
   CHECK(std::isfinite(loss.item<double>()));
 }
 
+TEST_CASE(
+    "CUDA graph: an embedding index out of range met by a replay is reported at the next synchronisation") {
+  LOOM_REQUIRE_GPU();
+  manual_seed(3);
+  Tensor weight = randn({6, 4}).to(Device::cuda());
+  Tensor tokens = tensor<int64_t>({0, 5, 2}, {3}).to(Device::cuda());
+  Tensor rows;
+  cuda::CudaGraph graph;
+  cuda::capture(graph, [&] { rows = embedding(weight, tokens); });  // no host check: a device one
+  graph.replay();
+  CHECK(equal(rows.to(kCPU), embedding(weight.to(kCPU), tensor<int64_t>({0, 5, 2}, {3}))));
+  tokens.copy_(tensor<int64_t>({0, 6, 2}, {3}));  // 6 is not a row of 6
+  graph.replay();
+  CHECK_THROWS_WITH_AS(
+      (void)rows.to(kCPU),
+      doctest::Contains("index_select: an index out of range for dim 0 with size 6 (at index "
+                        "position 1), in a replay of a CUDA graph"),
+      Error);
+  // Eagerly, the host check names the value as before.
+  CHECK_THROWS_WITH_AS((void)embedding(weight, tokens),
+                       doctest::Contains("index 6 is out of range for dim 0"), Error);
+}
+
 TEST_CASE("CUDA graph: optimizers whose step depends on host state refuse to be captured") {
   LOOM_REQUIRE_GPU();
   manual_seed(2);

@@ -89,6 +89,28 @@ TEST_CASE("clip_grad_norm_ with the 1-norm and the 3-norm matches torch") {
               0.195997983, -0.254290164, -0.426688045});
 }
 
+TEST_CASE("clip_grad_norm_on_device_ clips as torch does and returns the norm as a tensor") {
+  std::vector<Tensor> ps = params();
+  const Tensor total = nn::clip_grad_norm_on_device_(ps, 1.0);  // torch's numbers: the 2-norm case above
+  CHECK(total.dim() == 0);
+  CHECK(total.dtype() == kFloat64);
+  CHECK(total.item<double>() == doctest::Approx(2.22564435).epsilon(1.3e-6));
+  const std::string bad = mismatch(grads(ps),
+                                   {0.0448559411, 0.322313756, 0.448182374, 0.363263816, 0.107496612,
+                                    -0.198827922, 0.449307889, 0.203804314, -0.264418185, -0.443682432},
+                                   tol_for(kFloat32));
+  CHECK_MESSAGE(bad.empty(), bad);
+  CHECK_FALSE(nn::clip_grad_norm_on_device_({ps[2]}, 1.0).defined());  // no gradient: nothing to clip
+  ps[0].mutable_grad() = zeros({3, 2}).t();
+  CHECK_THROWS_WITH_AS(
+      nn::clip_grad_norm_on_device_(ps, 1.0),
+      doctest::Contains("clip_grad_norm_on_device_: the gradient of parameter 0 (shape [2, 3]) is "
+                        "not contiguous"),
+      Error);
+  CHECK_THROWS_WITH_AS(nn::clip_grad_norm_on_device_(ps, -1.0),
+                       doctest::Contains("clip_grad_norm_on_device_: max_norm must be >= 0"), Error);
+}
+
 TEST_CASE("clip_grad_norm_ below max_norm returns the norm and leaves the gradients alone") {
   std::vector<Tensor> ps = params();
   const std::vector<double> before = grads(ps);

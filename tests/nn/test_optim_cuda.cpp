@@ -109,6 +109,79 @@ TEST_CASE("optim on CUDA: Adam, AdamW and SGD steps equal the CPU optimizer's on
   }
 }
 
+TEST_CASE(
+    "optim on CUDA: capturable Adam, AdamW and SGD (counts and lr on the device) equal the CPU's steps") {
+  LOOM_REQUIRE_GPU();
+  // The CPU side is the plain optimizer; on CUDA the capturable one (its non-contiguous parameter
+  // takes the per-op path, with its count read back from the device).
+  auto capturable_on_gpu = [](std::vector<Tensor>& ps) { return ps.front().is_cuda(); };
+  for (DType dt : {kFloat32, kFloat64}) {
+    CAPTURE(dt);
+    check_optimizer_matches_cpu(
+        [&](std::vector<Tensor> ps) {
+          const bool c = capturable_on_gpu(ps);
+          return std::make_unique<nn::Adam>(
+              std::move(ps), nn::AdamOptions{.lr = 1e-2, .weight_decay = 0.1, .capturable = c});
+        },
+        dt);
+    check_optimizer_matches_cpu(
+        [&](std::vector<Tensor> ps) {
+          const bool c = capturable_on_gpu(ps);
+          return std::make_unique<nn::AdamW>(std::move(ps),
+                                             nn::AdamWOptions{.lr = 1e-2, .amsgrad = true, .capturable = c});
+        },
+        dt);
+    check_optimizer_matches_cpu(
+        [&](std::vector<Tensor> ps) {
+          const bool c = capturable_on_gpu(ps);
+          return std::make_unique<nn::SGD>(std::move(ps),
+                                           nn::SGDOptions{.lr = 0.1, .momentum = 0.9, .capturable = c});
+        },
+        dt);
+  }
+}
+
+TEST_CASE(
+    "optim on CUDA: a capturable AdamW's state loads into a plain one and back, and training continues "
+    "alike") {
+  LOOM_REQUIRE_GPU();
+  std::vector<Tensor> a = make_params(kGpu, kFloat32), b = make_params(kGpu, kFloat32);
+  a.pop_back(), b.pop_back();  // contiguous parameters only
+  nn::AdamW capturable(a, {.lr = 1e-2, .capturable = true});
+  nn::AdamW plain(b, {.lr = 1e-2});
+  for (int s = 0; s < 3; ++s) {
+    set_grads(a, s);
+    capturable.step();
+  }
+  const nn::StateDict saved = capturable.state_dict();
+  CHECK(saved.at("state.0.step").is_cuda());
+  CHECK(saved.at("state.0.step").to(kCPU).item<int64_t>() == 3);
+  CHECK(saved.at("state.1.step").to(kCPU).item<int64_t>() == 2);  // parameter 1 had no gradient on step 1
+  for (size_t i = 0; i < a.size(); ++i) b[i].detach().copy_(a[i].detach());
+  plain.load_state_dict(saved);
+  // Both continue from step 3; the plain one moves its counts to the CPU, and the capturable one,
+  // restored from the plain one's state, moves them back to the device.
+  nn::AdamW restored(std::vector<Tensor>(a), {.lr = 1e-2, .capturable = true});
+  for (int s = 3; s < 5; ++s) {
+    set_grads(a, s);
+    set_grads(b, s);
+    capturable.step();
+    plain.step();
+  }
+  CHECK_FALSE(plain.state_dict().at("state.0.step").is_cuda());
+  CHECK(plain.state_dict().at("state.0.step").item<int64_t>() == 5);
+  for (size_t i = 0; i < a.size(); ++i) {
+    CAPTURE(i);
+    const std::string bad = mismatch(values(a[i].to(kCPU)), values(b[i].to(kCPU)), Tol{1e-6, 1e-7});
+    CHECK_MESSAGE(bad.empty(), bad);
+  }
+  restored.load_state_dict(plain.state_dict());
+  set_grads(a, 5);
+  restored.step();
+  CHECK(restored.state_dict().at("state.0.step").is_cuda());
+  CHECK(restored.state_dict().at("state.0.step").to(kCPU).item<int64_t>() == 6);
+}
+
 TEST_CASE("optim on CUDA: clip_grad_norm_ equals the CPU's norm and scaled gradients") {
   LOOM_REQUIRE_GPU();
   const double inf = std::numeric_limits<double>::infinity();

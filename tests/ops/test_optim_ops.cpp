@@ -117,6 +117,56 @@ TEST_CASE("foreach_norm_reduce: sum |x|^p over every tensor, max |x| for infinit
   CHECK(std::isnan(foreach_norm_reduce(with_nan, inf, kCPU).item<double>()));
 }
 
+TEST_CASE(
+    "fused_adam_ and fused_sgd_: the capturable forms (counts and lr in tensors) equal the host forms") {
+  AdamStepOptions o;
+  o.lr = 0.02, o.beta1 = 0.8, o.beta2 = 0.95, o.eps = 1e-6, o.weight_decay = 0.1, o.decoupled = true;
+  auto fresh = [](double seed) {
+    return std::vector<Tensor>{pat({7}, seed), pat({2, 3}, seed + 0.1), zeros({0})};
+  };
+  std::vector<Tensor> p_host = fresh(0.1), m_host = fresh(0.5), v_host = fresh(0.9);
+  std::vector<Tensor> p_dev = fresh(0.1), m_dev = fresh(0.5), v_dev = fresh(0.9);
+  for (auto* list : {&v_host, &v_dev})
+    for (Tensor& v : *list) v = v.abs();
+  const std::vector<Tensor> counts{full({}, 0, kInt64), full({}, 3, kInt64), full({}, 1, kInt64)};
+  AdamStepOptions ignored = o;
+  ignored.lr = 0;  // the capturable form reads the lr tensor instead
+  for (int s = 0; s < 2; ++s) {
+    const std::vector<Tensor> g = fresh(1.3 + s);
+    o.lr = 0.02 / (s + 1);
+    fused_adam_(p_host, g, m_host, v_host, {}, std::vector<int64_t>{1 + s, 4 + s, 2 + s}, o);
+    fused_adam_(p_dev, g, m_dev, v_dev, {}, counts, full({}, o.lr, kFloat64), ignored);
+  }
+  for (size_t k = 0; k < p_host.size(); ++k) {
+    CAPTURE(k);
+    CHECK(equal(p_dev[k], p_host[k]));
+    CHECK(equal(m_dev[k], m_host[k]));
+    CHECK(equal(v_dev[k], v_host[k]));
+  }
+  CHECK(counts[0].item<int64_t>() == 2);
+  CHECK(counts[1].item<int64_t>() == 5);
+  CHECK(counts[2].item<int64_t>() == 3);  // an empty tensor's count advances too
+
+  SgdStepOptions sgd;
+  sgd.lr = 0.3, sgd.weight_decay = 0.01;
+  std::vector<Tensor> q_host = fresh(0.2), q_dev = fresh(0.2);
+  fused_sgd_(q_host, fresh(2.0), {}, sgd);
+  sgd.lr = 0;
+  fused_sgd_(q_dev, fresh(2.0), {}, full({}, 0.3, kFloat64), sgd);
+  for (size_t k = 0; k < q_host.size(); ++k) CHECK(equal(q_dev[k], q_host[k]));
+
+  CHECK_THROWS_WITH_AS(
+      fused_adam_(p_dev, p_dev, m_dev, v_dev, {}, {counts[0]}, full({}, 0.1, kFloat64), ignored),
+      doctest::Contains("fused_adam_: step_counts has 1 tensors but params has 3"), Error);
+  CHECK_THROWS_WITH_AS(
+      fused_adam_(p_dev, p_dev, m_dev, v_dev, {}, {counts[0], counts[1], full({1}, 0, kInt64)},
+                  full({}, 0.1, kFloat64), ignored),
+      doctest::Contains("fused_adam_: step_counts[2] must be a 0-dim int64 on cpu, got int64 [1] on cpu"),
+      Error);
+  CHECK_THROWS_WITH_AS(fused_sgd_(q_dev, q_dev, {}, Tensor(), sgd),
+                       doctest::Contains("fused_sgd_: lr is an undefined tensor"), Error);
+}
+
 TEST_CASE("foreach_mul_: every tensor times a float64 scalar tensor, rounded to its dtype") {
   std::vector<Tensor> ts{make({1, -2}, {2}, kFloat32), make({3}, {1}, kFloat64)};
   foreach_mul_(ts, full({}, 0.1, kFloat64));

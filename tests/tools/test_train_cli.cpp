@@ -189,6 +189,25 @@ TEST_CASE("train options: --gelu tanh builds GPT-2's GELU, and config.json keeps
   CHECK(gpt->config().gelu_approximate == "tanh");
 }
 
+TEST_CASE("train options: --cuda-graph needs --device cuda and refuses what a captured step cannot hold") {
+  CHECK(parse_error({"--data", "x.h5", "--out", "r", "--cuda-graph"})
+            .find("--cuda-graph needs --device cuda") != std::string::npos);
+  // Built without CUDA (or without a GPU), --device cuda is refused first; with one, each flag.
+  auto refused = [](std::vector<const char*> extra, const std::string& expected) {
+    std::vector<const char*> args{"--data", "x.h5", "--out", "r", "--device", "cuda", "--cuda-graph"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const std::string message = train_parse_error(args);
+    CAPTURE(message);
+    CHECK((message.find("--device cuda: ") != std::string::npos ||
+           message.find(expected) != std::string::npos));
+  };
+  refused({"--amp", "fp16"}, "--cuda-graph with --amp fp16");
+  refused({"--grad-accum", "2"}, "--cuda-graph with --grad-accum 2");
+  refused({"--model", "gpt", "--dropout", "0.1"}, "--cuda-graph with --dropout");
+  refused({"--dp", "2"}, "--cuda-graph: the step of a distributed run");
+  CHECK(train::to_json(parse({"--data", "x.h5", "--out", "r"})).contains("cuda-graph") == false);
+}
+
 // (--tp, --pp, --microbatches, --pipeline-schedule, --zero: tests/tools/test_train_options_parallel.cpp)
 
 TEST_CASE("train options: --dp takes a positive number of ranks") {

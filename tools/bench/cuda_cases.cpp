@@ -25,6 +25,8 @@
  *                            (gpt2_small_eager_sdpa_b8, _b32). Per token, nanoGPT's estimate of
  *                            the work is 6 * 124,475,904 + 12 * 12 * 1024 * 768 = 8.60e8 FLOP, so
  *                            MFU = tokens/s * 8.60e8 / 989e12 on an H100.
+ *   cuda_gpt2_small_train_b8_graph  the b8 step replayed from a CUDA graph, AdamW capturable (its
+ *                            step counts and lr on the GPU): what launch overhead costs at b8
  * Every workload ends with cuda::synchronize(), so a timed call covers the kernels it queued.
  */
 #include <memory>
@@ -69,8 +71,9 @@ BenchCase gpu_case(std::string name, std::string metric, std::string unit, doubl
 }
 
 // torch_gpu_anchors.py's gpt2 case, step for step: zero_grad (to none), forward under bf16
-// autocast, cross entropy on float32 logits, backward, fused AdamW step.
-Workload gpt2_small_train(int64_t batch) {
+// autocast, cross entropy on float32 logits, backward, fused AdamW step; with cuda_graph, the
+// step with a capturable AdamW, captured after two warm-up steps and replayed.
+Workload gpt2_small_train(int64_t batch, bool cuda_graph) {
   const nn::GPTConfig config{.vocab_size = 50304,
                              .context = 1024,
                              .n_layers = 12,
@@ -79,22 +82,26 @@ Workload gpt2_small_train(int64_t batch) {
                              .gelu_approximate = "tanh"};
   auto model = std::make_shared<nn::GPT>(config);
   model->to(gpu());
-  auto optimizer = std::make_shared<nn::AdamW>(model->parameters(), nn::AdamWOptions{.lr = 3e-4});
+  auto optimizer =
+      std::make_shared<nn::AdamW>(model->parameters(), nn::AdamWOptions{.lr = 3e-4, .capturable = cuda_graph});
   Tensor tokens = randint(0, config.vocab_size, {batch, config.context + 1}).to(gpu());
   Tensor input = tokens.slice(1, 0, config.context).contiguous(), target = tokens.slice(1, 1).contiguous();
-  return Workload{[model, optimizer, input, target, vocab = config.vocab_size] {
-                    optimizer->zero_grad();
-                    Tensor logits;
-                    {
-                      AutocastGuard autocast(DeviceType::CUDA, kBFloat16);
-                      logits = model->forward(input);
-                    }
-                    nn::functional::cross_entropy(logits.reshape({-1, vocab}).to(kFloat32),
-                                                  target.reshape({-1}))
-                        .backward();
-                    optimizer->step();
-                  },
-                  static_cast<double>(batch * config.context)};
+  auto step = [model, optimizer, input, target, vocab = config.vocab_size] {
+    optimizer->zero_grad();
+    Tensor logits;
+    {
+      AutocastGuard autocast(DeviceType::CUDA, kBFloat16);
+      logits = model->forward(input);
+    }
+    nn::functional::cross_entropy(logits.reshape({-1, vocab}).to(kFloat32), target.reshape({-1})).backward();
+    optimizer->step();
+  };
+  const double tokens_per_step = static_cast<double>(batch * config.context);
+  if (!cuda_graph) return Workload{step, tokens_per_step};
+  for (int i = 0; i < 2; ++i) step();
+  auto graph = std::make_shared<cuda::CudaGraph>();
+  cuda::capture(*graph, step);
+  return Workload{[graph] { graph->replay(); }, tokens_per_step};
 }
 
 // The MLP 784-512-512-10 training step at batch 128 (SGD, momentum 0.9), eagerly or replayed
@@ -196,8 +203,12 @@ std::vector<BenchCase> cuda_cases() {
                  "GPT-2 small training step (124M parameters, context 1024, tanh GELU), bf16 autocast, "
                  "fused AdamW, batch " +
                      std::to_string(batch),
-                 [batch] { return gpt2_small_train(batch); }));
+                 [batch] { return gpt2_small_train(batch, false); }));
   }
+  c.push_back(gpu_case("cuda_gpt2_small_train_b8_graph", "tokens_per_s", "tokens/s", 1,
+                       "the GPT-2 small step at batch 8 with a capturable AdamW, captured once into a CUDA "
+                       "graph and replayed",
+                       [] { return gpt2_small_train(8, true); }));
   return c;
 }
 

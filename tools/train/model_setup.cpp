@@ -83,20 +83,26 @@ std::shared_ptr<nn::Module> load_teacher(const TrainOptions& o, const Data& d) {
   return teacher.model;
 }
 
+// With --cuda-graph the optimizer is capturable: its captured step reads the step counts and the
+// schedule's lr on the GPU.
 std::unique_ptr<nn::Optimizer> make_optimizer(const TrainOptions& o, std::vector<Tensor> params) {
+  const bool capturable = o.cuda_graph;
   switch (o.optimizer) {
     case OptimizerKind::kSgd:
       return std::make_unique<nn::SGD>(
           std::move(params),
-          nn::SGDOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
+          nn::SGDOptions{
+              .lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay, .capturable = capturable});
     case OptimizerKind::kAdam:
-      return std::make_unique<nn::Adam>(std::move(params),
-                                        nn::AdamOptions{.lr = o.lr, .weight_decay = o.weight_decay});
+      return std::make_unique<nn::Adam>(
+          std::move(params),
+          nn::AdamOptions{.lr = o.lr, .weight_decay = o.weight_decay, .capturable = capturable});
     case OptimizerKind::kAdamW:
       break;
   }
-  return std::make_unique<nn::AdamW>(std::move(params),
-                                     nn::AdamWOptions{.lr = o.lr, .weight_decay = o.weight_decay});
+  return std::make_unique<nn::AdamW>(
+      std::move(params),
+      nn::AdamWOptions{.lr = o.lr, .weight_decay = o.weight_decay, .capturable = capturable});
 }
 
 std::unique_ptr<nn::LRScheduler> make_schedule(const TrainOptions& o, nn::Optimizer& optimizer,

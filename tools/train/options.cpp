@@ -240,6 +240,11 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
   app.add_option("--threads", o.threads, "Compute threads (0: every core)")->check(CLI::NonNegativeNumber);
   app.add_option("--device", device, "cpu, or cuda: train on GPU 0 (needs a build with the CUDA backend)")
       ->check(one_of(kDeviceWords));
+  app.add_flag(
+      "--cuda-graph", o.cuda_graph,
+      "--device cuda: capture the training step (forward, backward, clipping, optimizer) into a CUDA "
+      "graph after 2 eager steps and replay it, one launch per step; an epoch's short last batch runs "
+      "eagerly. One process, --grad-accum 1, --amp none or bf16, no --dropout");
   app.add_option("--trace", o.trace,
                  "Write a Chrome trace (chrome://tracing, Perfetto) of the run to this file; with --pp, "
                  "also the pipeline's micro-batches on every rank to FILE's name + .pipeline.json");
@@ -363,6 +368,7 @@ void validate(const TrainOptions& o) {
          "cannot time itself out");
   validate_parallelism(o);
   validate_device(o);
+  validate_cuda_graph(o);
 }
 
 void validate_device(const TrainOptions& o) {
@@ -378,6 +384,26 @@ void validate_device(const TrainOptions& o) {
          "and reconfigure); use --device cpu");
 #endif
   if (!o.teacher.empty()) fail("--device cuda: --teacher is not available on the GPU yet; use --device cpu");
+}
+
+// Work across processes, a host decision per step (fp16's overflow check, accumulation's
+// micro-batch count) and random draws (dropout) cannot be captured.
+void validate_cuda_graph(const TrainOptions& o) {
+  if (!o.cuda_graph) return;
+  if (o.device != DeviceKind::kCuda) fail("--cuda-graph needs --device cuda");
+  if (o.dp * o.tp * o.pp > 1 || o.zero != 0)
+    fail(
+        "--cuda-graph: the step of a distributed run (--dp/--tp/--pp/--zero) is not captured; run one "
+        "process");
+  if (o.grad_accum != 1)
+    fail("--cuda-graph with --grad-accum " + std::to_string(o.grad_accum) +
+         ": a captured step is one batch; use --grad-accum 1 and a larger --batch");
+  if (o.amp == AmpMode::kFp16)
+    fail(
+        "--cuda-graph with --amp fp16: the loss scaler decides on the host whether to skip each step; use "
+        "--amp bf16");
+  if (o.dropout > 0)
+    fail("--cuda-graph with --dropout: every replay would draw the same dropout mask; use --dropout 0");
 }
 
 void validate_parallelism(const TrainOptions& o) {
@@ -539,6 +565,7 @@ nlohmann::json to_json(const TrainOptions& o) {
     j["windows-per-epoch"] = o.windows_per_epoch;
   }
   if (o.device != DeviceKind::kCpu) j["device"] = to_string(o.device);
+  if (o.cuda_graph) j["cuda-graph"] = true;
   if (!o.teacher.empty()) {
     j["teacher"] = o.teacher;
     j["kd-temperature"] = o.kd_temperature;

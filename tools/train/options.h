@@ -78,6 +78,7 @@ struct TrainOptions {
   double loader_timeout = 0;  // --loader-timeout: seconds a batch may take; 0: no limit
   int threads = 0;               // 0: every core
   DeviceKind device = DeviceKind::kCpu;  // cuda: GPU 0
+  bool cuda_graph = false;  // --cuda-graph: replay the training step from a CUDA graph (nn::GraphedStep)
   std::string trace;
   // Sampling from a GPT checkpoint.
   bool generate = false;
@@ -120,6 +121,8 @@ void validate(const TrainOptions& options);
 void validate_parallelism(const TrainOptions& options);
 // The part of validate() about --device: cuda needs the CUDA backend and a GPU.
 void validate_device(const TrainOptions& options);
+// The part of validate() about --cuda-graph: what a captured step cannot hold.
+void validate_cuda_graph(const TrainOptions& options);
 
 // The resolved options as config.json holds them, and back (unknown keys throw).
 nlohmann::json to_json(const TrainOptions& options);

@@ -82,6 +82,8 @@ class Trainer {
   void print_header();
   bool train_epoch();  // false when the run stops
   double forward_backward(const data::Batch& batch, double weight, int64_t group_size, bool last_in_group);
+  void make_graphed_step();
+  Tensor whole_step(const Tensor& input, const Tensor& target);  // --cuda-graph: what is captured
   bool after_step(const data::Batch& batch, double step_loss);  // true when the run stops
   void log(const data::Batch& batch);
   void validate_epoch(int64_t epoch);
@@ -114,6 +116,7 @@ class Trainer {
   std::unique_ptr<nn::LRScheduler> schedule_;
   std::optional<DType> amp_;
   std::optional<nn::GradScaler> scaler_;
+  std::optional<nn::GraphedStep> graphed_;  // --cuda-graph
   std::optional<nn::CheckpointManager> checkpoints_;
   std::optional<nn::AsyncCheckpointer> async_checkpoints_;
   std::optional<InjectedFault> fault_;
@@ -216,6 +219,29 @@ void Trainer::make_model() {
   job_.make_optimizer([this](std::vector<Tensor> params) { return make_optimizer(o_, std::move(params)); });
   optimizer_ = &job_.optimizer();
   if (!o_.teacher.empty()) teacher_.emplace(load_teacher(o_, d_));
+  if (o_.cuda_graph) make_graphed_step();
+}
+
+// --cuda-graph (validated: one process, one batch a step, no loss scaling, no dropout): the whole
+// step as one function of the batch, which nn::GraphedStep runs eagerly twice, then captures and
+// replays. The optimizer is capturable (model_setup.cpp), so the schedule, stepped between
+// replays in after_step, reaches the replayed steps.
+void Trainer::make_graphed_step() {
+  graphed_.emplace(device_,
+                   [this](const Tensor& input, const Tensor& target) { return whole_step(input, target); });
+}
+
+Tensor Trainer::whole_step(const Tensor& input, const Tensor& target) {
+  optimizer_->zero_grad();  // set to none: the captured backward makes the gradients in the graph's pool
+  Tensor loss;
+  {
+    AutocastGuard autocast(device_.type(), amp_, amp_.has_value());
+    loss = loss_of((*trained_)(input), target, d_.tokens);
+  }
+  loss.backward();
+  if (o_.clip > 0) nn::clip_grad_norm_on_device_(job_.local().parameters(), o_.clip);
+  optimizer_->step();
+  return loss;
 }
 
 void Trainer::resume() {
@@ -309,6 +335,20 @@ bool Trainer::train_epoch() {
   trace_->begin("epoch " + std::to_string(epoch + 1));
   bool stopped = false;
   for (data::Batch& batch : *loader_) {
+    if (graphed_) {
+      double loss = 0;
+      {
+        Trace::Scope scope(*trace_,
+                           graphed_->captured() ? "step (graph replay)" : "step (eager, before the capture)");
+        loss = (*graphed_)(batch.data, batch.target).item<double>();
+      }
+      progress_.items_since += batch.size() * (d_.tokens ? o_.context : 1);
+      if (after_step(batch, loss)) {
+        stopped = true;
+        break;
+      }
+      continue;
+    }
     const int64_t group_start = batch.index - in_group;
     const int64_t group_size = std::min(o_.grad_accum, batches_per_epoch_ - group_start);
     // The mean over the step's examples: each batch's mean loss weighs 1 / group_size.
@@ -353,7 +393,7 @@ double Trainer::forward_backward(const data::Batch& batch, double weight, int64_
 bool Trainer::after_step(const data::Batch& batch, double step_loss) {
   {
     Trace::Scope scope(*trace_, "optimizer");
-    job_.step(*scaler_, o_.clip);
+    if (!graphed_) job_.step(*scaler_, o_.clip);  // a graphed step stepped the optimizer itself
     if (schedule_) schedule_->step();
   }
   ++step_;

@@ -100,6 +100,91 @@ TEST_CASE("optim: fused_adam_ over more tensors than one launch takes, empty one
   check_adam(kFloat64, 40, false, false, true, 0.1);
 }
 
+// The capturable form on CUDA (step counts and lr read on the device) against the host form on the
+// CPU: three steps from counts that differ per tensor, the lr changed between steps by writing
+// its tensor, as a schedule does between replays.
+void check_adam_capturable(DType dt, int count, bool decoupled, bool amsgrad) {
+  AdamStepOptions o;
+  o.lr = 0, o.beta1 = 0.9, o.beta2 = 0.99, o.eps = 1e-8, o.weight_decay = 0.05;  // lr: not read, the tensor's
+  o.decoupled = decoupled, o.amsgrad = amsgrad;
+  const std::vector<Tensor> p0 = tensors(count, dt, 0.2), m0 = tensors(count, dt, 0.8, 0.05);
+  std::vector<Tensor> v0;
+  for (const Tensor& v : tensors(count, dt, 1.1, 0.1)) v0.push_back(v.abs());
+  std::vector<Tensor> p[2], m[2], v[2], vmax[2], counts;
+  for (int d = 0; d < 2; ++d) {
+    const Device device = d == 0 ? Device(kCPU) : kGpu;
+    p[d] = copy_to(p0, device), m[d] = copy_to(m0, device), v[d] = copy_to(v0, device);
+    if (amsgrad) vmax[d] = copy_to(v0, device);
+  }
+  for (int i = 0; i < count; ++i) counts.push_back(full({}, i % 4, TensorOptions(kInt64).device(kGpu)));
+  Tensor lr = empty({}, TensorOptions(kFloat64).device(kGpu));
+  for (int s = 0; s < 3; ++s) {
+    const double step_lr = 1e-2 / (s + 1);
+    std::vector<int64_t> now;
+    for (int i = 0; i < count; ++i) now.push_back(i % 4 + s + 1);
+    AdamStepOptions host = o;
+    host.lr = step_lr;
+    fused_adam_(p[0], tensors(count, dt, 3.7 + s), m[0], v[0], vmax[0], now, host);
+    lr.fill_(step_lr);
+    fused_adam_(p[1], copy_to(tensors(count, dt, 3.7 + s), kGpu), m[1], v[1], vmax[1], counts, lr, o);
+  }
+  check_lists(p[1], p[0], "param");
+  check_lists(m[1], m[0], "exp_avg");
+  check_lists(v[1], v[0], "exp_avg_sq");
+  if (amsgrad) check_lists(vmax[1], vmax[0], "max_exp_avg_sq");
+  for (int i = 0; i < count; ++i) {
+    CAPTURE(i);
+    CHECK(counts[i].to(kCPU).item<int64_t>() == i % 4 + 3);  // empty tensors' counts advance too
+  }
+}
+
+TEST_CASE("optim: fused_adam_'s capturable form on CUDA matches the host form on the CPU") {
+  LOOM_REQUIRE_GPU();
+  for (DType dt : {kFloat32, kFloat64}) {
+    for (bool decoupled : {false, true}) {
+      CAPTURE(dt);
+      CAPTURE(decoupled);
+      check_adam_capturable(dt, 6, decoupled, !decoupled);
+    }
+  }
+  check_adam_capturable(kFloat32, 70, true, false);  // 3 launches of <= 32, empty tensors among them
+  AdamStepOptions o;
+  o.beta1 = 0.9, o.beta2 = 0.99;
+  const std::vector<Tensor> one = {zeros({3}, kGpu)};
+  const Tensor lr = full({}, 0.1, TensorOptions(kFloat64).device(kGpu));
+  CHECK_THROWS_WITH_AS(
+      fused_adam_(one, one, one, one, {}, {zeros({}, kInt64)}, lr, o),
+      doctest::Contains("fused_adam_: step_counts[0] must be a 0-dim int64 on cuda:0, got int64 [] on cpu"),
+      Error);
+  CHECK_THROWS_WITH_AS(fused_adam_(one, one, one, one, {}, {zeros({}, TensorOptions(kInt64).device(kGpu))},
+                                   full({}, 0.1, TensorOptions(kFloat32).device(kGpu)), o),
+                       doctest::Contains("fused_adam_: lr must be a 0-dim float64 on cuda:0, got float32"),
+                       Error);
+}
+
+TEST_CASE("optim: fused_sgd_ with the lr on the device matches the host lr on the CPU") {
+  LOOM_REQUIRE_GPU();
+  SgdStepOptions o;
+  o.lr = 0, o.momentum = 0.9, o.nesterov = true;  // lr: not read, the tensor's
+  const std::vector<Tensor> p0 = tensors(70, kFloat32, 0.6);
+  std::vector<Tensor> p[2] = {copy_to(p0, kCPU), copy_to(p0, kGpu)}, buf[2];
+  for (int d = 0; d < 2; ++d)
+    for (const Tensor& t : p0)
+      buf[d].push_back(empty(t.sizes(), TensorOptions(kFloat32).device(p[d][0].device())));
+  Tensor lr = empty({}, TensorOptions(kFloat64).device(kGpu));
+  for (int s = 0; s < 3; ++s) {
+    SgdStepOptions host = o;
+    host.lr = 0.1 * (s + 1), host.first_step = s == 0;
+    fused_sgd_(p[0], tensors(70, kFloat32, 4.4 + s), buf[0], host);
+    lr.fill_(host.lr);
+    SgdStepOptions device = o;
+    device.first_step = s == 0;
+    fused_sgd_(p[1], copy_to(tensors(70, kFloat32, 4.4 + s), kGpu), buf[1], lr, device);
+  }
+  check_lists(p[1], p[0], "param");
+  check_lists(buf[1], buf[0], "momentum_buffer");
+}
+
 // Three SGD steps (the first one starting the momentum buffers) on the CPU and on CUDA.
 void check_sgd(DType dt, int count, double momentum, double dampening, bool nesterov, bool maximize,
                double weight_decay) {
