@@ -26,10 +26,11 @@
  *   - the captured code may not wait for the GPU: .item(), .to(kCPU), printing a CUDA tensor,
  *     cuda::synchronize() fail during the capture (a copy to or from the host says so at once;
  *     a synchronisation invalidates the capture, and capture_end says that);
- *   - input that a kernel checks on the GPU (cross_entropy's class indices) is still checked at
- *     each replay: a bad value is reported at the host's next wait for the GPU, .item() or
- *     cuda::synchronize() (core/cuda/graph_checks.h). max_pool2d_backward's index check is left
- *     out of captures (its indices normally come from max_pool2d itself).
+ *   - input that ops check (cross_entropy's class indices, the indices of embedding,
+ *     index_select, gather, scatter_add, index_add and max_pool2d_backward) is still checked at
+ *     each replay, on the GPU: a bad value is reported at the host's next wait for the GPU,
+ *     .item() or cuda::synchronize() (core/cuda/graph_checks.h), naming the check and the first
+ *     bad position.
  * The capture runs on a stream of the graph's own (made current until capture_end) that first
  * waits for the work queued on the current stream. Built without CUDA, capture_begin throws.
  */

@@ -226,15 +226,16 @@ __global__ void max_pool2d_kernel(T* out, Strides4 out_s, int64_t* indices, Stri
   }
 }
 
-// Flags an index outside the plane; indices are user input to max_pool2d_backward.
-__global__ void check_pool_indices_kernel(int* bad, const int64_t* indices, Strides4 idx_s, PoolGeometry g) {
+// Records the first position (in [n, c, ho, wo] order) whose index lies outside the plane;
+// indices are user input to max_pool2d_backward.
+__global__ void check_pool_indices_kernel(unsigned long long* bad, const int64_t* indices, Strides4 idx_s,
+                                          PoolGeometry g) {
   const int64_t total = g.n * g.c * g.ho * g.wo, plane = g.h * g.w;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
     const Pos o = unravel(i, g.c, g.ho, g.wo);
     const int64_t index = indices[offset_of(idx_s, o.n, o.c, o.h, o.w)];
-    // Atomic although every writer stores the same 1: plain concurrent stores are a data race.
-    if (index < 0 || index >= plane) atomicExch(bad, 1);
+    if (index < 0 || index >= plane) record_bad_index(bad, static_cast<unsigned long long>(i));
   }
 }
 
@@ -451,8 +452,8 @@ cudaError_t launch_max_pool2d(int dtype, void* out, Strides4 out_s, int64_t* ind
   });
 }
 
-cudaError_t launch_check_pool_indices(int* bad, const int64_t* indices, Strides4 idx_s, const PoolGeometry& g,
-                                      cudaStream_t stream) {
+cudaError_t launch_check_pool_indices(unsigned long long* bad, const int64_t* indices, Strides4 idx_s,
+                                      const PoolGeometry& g, cudaStream_t stream) {
   return launch<check_pool_indices_kernel>(grid_stride(g.n * g.c * g.ho * g.wo, stream), bad, indices, idx_s,
                                            g);
 }

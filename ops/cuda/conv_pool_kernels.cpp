@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/graph_checks.h"
 #include "ops/copy_ops.h"
 #include "ops/cuda/conv_pool_launchers.h"
 #include "ops/cuda/cuda_kernels.h"
@@ -175,31 +176,34 @@ void max_pool2d_kernel(const Tensor& out, const Tensor& indices, const Tensor& x
 }
 
 // Indices are user input here: an index outside its plane is reported, as on the CPU, by a check
-// kernel's flag. The gather kernel itself only adds gradients whose index lies in their window,
-// which every index max_pool2d produces does.
+// kernel that records the first bad position; during a CUDA graph capture into a word of the graph,
+// reported at the host's next wait for the GPU (core/cuda/graph_checks.h). The gather kernel
+// itself only adds gradients whose index lies in their window, which every index max_pool2d
+// produces does.
 void max_pool2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_out, const Tensor& indices,
                                 const Pool2dParams& p) {
   if (grad_input.numel() == 0) return;
   const int code = floating_code(grad_out, "max_pool2d_backward");
   const PoolGeometry g = pool_geometry(grad_input.sizes(), grad_out.sizes(), &p);
-  Tensor flag = zeros({1}, indices.options().dtype(DType::Int32));
-  LOOM_CUDA_CHECK(launch_check_pool_indices(flag.data_ptr<int32_t>(), indices.data_ptr<int64_t>(),
-                                            strides_of(indices), g, op_stream()));
-  int bad = 0;
-  // Under a CUDA graph capture the check kernel only records: there is no flag to read yet.
-  if (!current_stream_capturing())
-    host_transfer(&bad, flag.data_ptr(), sizeof(int), cudaMemcpyDeviceToHost, "max_pool2d_backward");
-  if (bad != 0) {
-    // Name the first bad index in (n, c, oh, ow) order.
-    Tensor host = contiguous(indices.to(kCPU));
-    const int64_t* idx = host.data_ptr<int64_t>();
-    int64_t value = -1;
-    for (int64_t i = 0; i < host.numel(); ++i)
-      if (idx[i] < 0 || idx[i] >= g.h * g.w) {
-        value = idx[i];
-        break;
-      }
-    LOOM_FAIL("max_pool2d_backward: index ", value, " out of range for an input plane of ", g.h, "x", g.w);
+  if (current_stream_capturing()) {
+    unsigned long long* word = capture_check_word(
+        detail::concat("max_pool2d_backward: an index out of range for an input plane of ", g.h, "x", g.w),
+        "position");
+    LOOM_CUDA_CHECK(launch_check_pool_indices(word, indices.data_ptr<int64_t>(), strides_of(indices), g, op_stream()));
+  } else {
+    Tensor flag = full({1}, -1, indices.options());  // all ones: no bad position
+    LOOM_CUDA_CHECK(launch_check_pool_indices(static_cast<unsigned long long*>(flag.data_ptr()),
+                                              indices.data_ptr<int64_t>(), strides_of(indices), g, op_stream()));
+    unsigned long long bad = 0;
+    host_transfer(&bad, flag.data_ptr(), sizeof bad, cudaMemcpyDeviceToHost, "max_pool2d_backward");
+    if (bad != ~0ull) {
+      // The bad index itself, at that position of [n, c, ho, wo].
+      const Tensor flat = contiguous(indices).reshape({-1});
+      int64_t value = 0;
+      host_transfer(&value, flat.data_ptr<int64_t>() + bad, sizeof value, cudaMemcpyDeviceToHost,
+                    "max_pool2d_backward");
+      LOOM_FAIL("max_pool2d_backward: index ", value, " out of range for an input plane of ", g.h, "x", g.w);
+    }
   }
   LOOM_CUDA_CHECK(launch_max_pool2d_backward(
       code, grad_input.data_ptr(), strides_of(grad_input), grad_out.data_ptr(), strides_of(grad_out),

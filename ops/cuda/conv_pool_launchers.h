@@ -59,10 +59,10 @@ cudaError_t launch_conv2d_backward_weight(int dtype, void* grad_weight, Strides4
 cudaError_t launch_max_pool2d(int dtype, void* out, Strides4 out_s, int64_t* indices, Strides4 idx_s,
                               const void* x, Strides4 x_s, const PoolGeometry& g, cudaStream_t stream);
 
-// *bad = 1 if some index of the [n, c, ho, wo] `indices` lies outside [0, h * w) (never reset to 0:
-// the caller zeroes it).
-cudaError_t launch_check_pool_indices(int* bad, const int64_t* indices, Strides4 idx_s, const PoolGeometry& g,
-                                      cudaStream_t stream);
+// *bad = the smallest position, in [n, c, ho, wo] order, of an index of `indices` outside
+// [0, h * w), if that is smaller than *bad (the caller sets it to all ones, "none", first).
+cudaError_t launch_check_pool_indices(unsigned long long* bad, const int64_t* indices, Strides4 idx_s,
+                                      const PoolGeometry& g, cudaStream_t stream);
 
 cudaError_t launch_max_pool2d_backward(int dtype, void* grad_input, Strides4 gi_s, const void* grad_out,
                                        Strides4 go_s, const int64_t* indices, Strides4 idx_s,

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda.h"
+#include "core/cuda_graph.h"
 #include "ops/cuda/cudnn_conv.h"
 #include "tests/cuda/ops/cuda_test_util.h"
 
@@ -354,7 +356,7 @@ TEST_CASE("conv_pool: max_pool2d special values and ties") {
   }
 }
 
-TEST_CASE("conv_pool: max_pool2d_backward rejects indices out of range on CUDA") {
+TEST_CASE("conv_pool: max_pool2d_backward rejects indices out of range on CUDA, in a CUDA graph's replay too") {
   LOOM_REQUIRE_GPU();
   const Pool2dParams p = pool_params({2, 2}, {2, 2}, {0, 0}, {1, 1}, false, true);
   Tensor grad = pat({1, 1, 2, 2}, 0.1).to(Device::cuda());
@@ -366,6 +368,18 @@ TEST_CASE("conv_pool: max_pool2d_backward rejects indices out of range on CUDA")
   CHECK_THROWS_WITH_AS(
       max_pool2d_backward(grad, bad, {1, 1, 4, 4}, p),
       doctest::Contains("max_pool2d_backward: index 16 out of range for an input plane of 4x4"), Error);
+  // Captured, the check runs on the GPU at each replay and is reported at the host's next wait.
+  Tensor indices = good.clone(), captured;
+  cuda::CudaGraph graph;
+  cuda::capture(graph, [&] { captured = max_pool2d_backward(grad, indices, {1, 1, 4, 4}, p); });
+  graph.replay();
+  test::check_same(captured, expected, test::cuda_tol_for(kFloat32), "replayed grad_input");
+  indices.copy_(bad);
+  graph.replay();
+  CHECK_THROWS_WITH_AS(cuda::synchronize(),
+                       doctest::Contains("max_pool2d_backward: an index out of range for an input plane of 4x4 (at "
+                                         "position 2), in a replay of a CUDA graph"),
+                       Error);
 }
 
 std::vector<PoolCase> avg_pool_cases() {
