@@ -338,8 +338,7 @@ bool Trainer::train_epoch() {
     if (graphed_) {
       double loss = 0;
       {
-        Trace::Scope scope(*trace_,
-                           graphed_->captured() ? "step (graph replay)" : "step (eager, before the capture)");
+        Trace::Scope scope(*trace_, "step (--cuda-graph: replayed, or eager before the capture)");
         loss = (*graphed_)(batch.data, batch.target).item<double>();
       }
       progress_.items_since += batch.size() * (d_.tokens ? o_.context : 1);
