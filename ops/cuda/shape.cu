@@ -66,19 +66,6 @@ __global__ void strided_move_kernel(U* dst, const U* src, StridedLayout l, int64
   }
 }
 
-template <class U>
-__global__ void indexed_copy_kernel(U* out, const U* src, const int64_t* index, Layout3 l, int64_t step,
-                                    int64_t numel) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < numel;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    int64_t o[3];
-    offsets_of(i, l, -1, o);
-    out[o[0]] = src[o[1] + index[o[2]] * step];
-  }
-}
-
-// One thread per line along `dim`: the line's elements are the only ones that may write the
-// same output element, so adding them in order of k needs no atomics and fixes the order.
 // The smallest position i with index[i] outside [0, size) goes into *bad (a CUDA graph's check
 // word): the device side of check_index_range during a capture.
 __global__ void index_range_check_kernel(const int64_t* index, int64_t n, int64_t size, unsigned long long* bad) {
@@ -88,9 +75,28 @@ __global__ void index_range_check_kernel(const int64_t* index, int64_t n, int64_
   }
 }
 
+// The indexing kernels follow only indices in [0, bound). Eagerly the host has checked them all
+// before the launch; in a CUDA graph's replay the device check reports a bad one at the host's
+// next wait, so the kernel must not follow it meanwhile: a copy reads zero there, an add skips it.
+template <class U>
+__global__ void indexed_copy_kernel(U* out, const U* src, const int64_t* index, Layout3 l, int64_t step,
+                                    int64_t bound, int64_t numel) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < numel;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t o[3];
+    offsets_of(i, l, -1, o);
+    const int64_t j = index[o[2]];
+    out[o[0]] = (j >= 0 && j < bound) ? src[o[1] + j * step] : U{};
+  }
+}
+
+// One thread per line along `dim`: the line's elements are the only ones that may write the
+// same output element, so adding them in order of k needs no atomics and fixes the order.
+// One thread per line along `dim`: the line's elements are the only ones that may write the
+// same output element, so adding them in order of k needs no atomics and fixes the order.
 template <class T>
 __global__ void indexed_add_kernel(T* out, const T* src, const int64_t* index, Layout3 l, int dim,
-                                   int64_t step, int64_t lines) {
+                                   int64_t step, int64_t bound, int64_t lines) {
   const int64_t len = l.sizes[dim], s_out = l.strides[0][dim], s_src = l.strides[1][dim],
                 s_index = l.strides[2][dim];
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < lines;
@@ -98,7 +104,9 @@ __global__ void indexed_add_kernel(T* out, const T* src, const int64_t* index, L
     int64_t o[3];
     offsets_of(i, l, dim, o);
     for (int64_t k = 0; k < len; ++k) {
-      T& to = out[o[0] + k * s_out + index[o[2] + k * s_index] * step];
+      const int64_t j = index[o[2] + k * s_index];
+      if (j < 0 || j >= bound) continue;
+      T& to = out[o[0] + k * s_out + j * step];
       to = add_values(to, src[o[1] + k * s_src]);
     }
   }
@@ -219,13 +227,13 @@ cudaError_t launch_strided_move(void* dst, const void* src, int element_size, co
 }
 
 cudaError_t launch_indexed_copy(void* out, const void* src, const int64_t* index, int element_size,
-                                const Layout3& l, int64_t step, cudaStream_t stream) {
+                                const Layout3& l, int64_t step, int64_t bound, cudaStream_t stream) {
   const int64_t numel = numel_of(l);
   if (numel == 0) return cudaSuccess;
   return visit_element_size(element_size, [&](auto u) {
     using U = decltype(u);
     return launch<indexed_copy_kernel<U>>(grid_stride(numel, stream), static_cast<U*>(out),
-                                          static_cast<const U*>(src), index, l, step, numel);
+                                          static_cast<const U*>(src), index, l, step, bound, numel);
   });
 }
 
@@ -236,14 +244,14 @@ cudaError_t launch_index_range_check(const int64_t* index, int64_t n, int64_t si
 }
 
 cudaError_t launch_indexed_add(void* out, const void* src, const int64_t* index, int dtype, const Layout3& l,
-                               int dim, int64_t step, cudaStream_t stream) {
+                               int dim, int64_t step, int64_t bound, cudaStream_t stream) {
   const int64_t numel = numel_of(l);
   if (numel == 0) return cudaSuccess;
   const int64_t lines = numel / l.sizes[dim];
   return visit_code(dtype, [&](auto t) {
     using T = decltype(t);
     return launch<indexed_add_kernel<T>>(grid_stride(lines, stream), static_cast<T*>(out),
-                                         static_cast<const T*>(src), index, l, dim, step, lines);
+                                         static_cast<const T*>(src), index, l, dim, step, bound, lines);
   });
 }
 

@@ -115,7 +115,7 @@ void index_select_kernel(const Tensor& out, const Tensor& in, int64_t dim, const
   index_strides[dim] = index.strides()[0];
   LOOM_CUDA_CHECK(launch_indexed_copy(out.data_ptr(), in.data_ptr(), index_ptr(index), element_size(out),
                                       layout3(out.sizes(), {out.strides(), in_strides, index_strides}),
-                                      in.strides()[dim], op_stream()));
+                                      in.strides()[dim], in.sizes()[dim], op_stream()));
 }
 
 void gather_kernel(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) {
@@ -125,7 +125,7 @@ void gather_kernel(const Tensor& out, const Tensor& in, int64_t dim, const Tenso
   in_strides[dim] = 0;
   LOOM_CUDA_CHECK(launch_indexed_copy(out.data_ptr(), in.data_ptr(), index_ptr(index), element_size(out),
                                       layout3(index.sizes(), {out.strides(), in_strides, index.strides()}),
-                                      in.strides()[dim], op_stream()));
+                                      in.strides()[dim], in.sizes()[dim], op_stream()));
 }
 
 // ---- scatter_add and index_add ----------------------------------------------------------------
@@ -138,7 +138,7 @@ void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, con
   out_strides[dim] = 0;
   LOOM_CUDA_CHECK(launch_indexed_add(out.data_ptr(), src.data_ptr(), index_ptr(index), code(out),
                                      layout3(index.sizes(), {out_strides, src.strides(), index.strides()}),
-                                     static_cast<int>(dim), out.strides()[dim], op_stream()));
+                                     static_cast<int>(dim), out.strides()[dim], out.sizes()[dim], op_stream()));
 }
 
 void index_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
@@ -150,7 +150,7 @@ void index_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, const
   index_strides[dim] = index.strides()[0];
   LOOM_CUDA_CHECK(launch_indexed_add(out.data_ptr(), src.data_ptr(), index_ptr(index), code(out),
                                      layout3(src.sizes(), {out_strides, src.strides(), index_strides}),
-                                     static_cast<int>(dim), out.strides()[dim], op_stream()));
+                                     static_cast<int>(dim), out.strides()[dim], out.sizes()[dim], op_stream()));
 }
 
 // ---- tril / triu ------------------------------------------------------------------------------

@@ -30,9 +30,11 @@ struct Layout3 {
 cudaError_t launch_strided_move(void* dst, const void* src, int element_size, const StridedLayout& layout,
                                 int64_t numel, cudaStream_t stream);
 
-// index_select, gather: out[i] = src[i + index[i] * step] over l (operands out, src, index).
+// index_select, gather: out[i] = src[i + index[i] * step] over l (operands out, src, index);
+// 0 where index[i] lies outside [0, bound) (only a CUDA graph's replay can meet one: see
+// launch_index_range_check).
 cudaError_t launch_indexed_copy(void* out, const void* src, const int64_t* index, int element_size,
-                                const Layout3& l, int64_t step, cudaStream_t stream);
+                                const Layout3& l, int64_t step, int64_t bound, cudaStream_t stream);
 
 // *bad = the smallest i < n with index[i] outside [0, size), if that is smaller than *bad (a
 // contiguous index; `bad` a CUDA graph's check word, core/cuda/graph_checks.h).
@@ -43,8 +45,9 @@ cudaError_t launch_index_range_check(const int64_t* index, int64_t n, int64_t si
 // Elements that differ only along `dim` may write the same place; elements that differ
 // elsewhere never do. Each thread owns one line along `dim` and adds it in order, so the result
 // is deterministic and equal to the CPU's (same order, same rounding after each addition).
+// An index outside [0, bound) adds nothing.
 cudaError_t launch_indexed_add(void* out, const void* src, const int64_t* index, int dtype, const Layout3& l,
-                               int dim, int64_t step, cudaStream_t stream);
+                               int dim, int64_t step, int64_t bound, cudaStream_t stream);
 
 // tril (lower) / triu of the last two dims of l (operands out, in); diagonal as in
 // ops/kernel_types.h, already clamped to [-rows, cols].
