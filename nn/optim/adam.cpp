@@ -62,6 +62,13 @@ Tensor& step_count(std::map<std::string, Tensor>& state, Device device, const ch
   return step;
 }
 
+// A count on the CPU advanced by one, written through its pointer, so its version is bumped here.
+int64_t advance_host_count(Tensor& step) {
+  const int64_t t = ++step.data_ptr<int64_t>()[0];
+  step.storage()->bump_version();
+  return t;
+}
+
 AdamHyper read_hyper(const ParamGroup& group, size_t g, const char* name, bool decoupled) {
   AdamHyper h;
   h.lr = group.option("lr");
@@ -174,8 +181,7 @@ void Adam::step() {
 
       if (!fusable(p)) {
         // Eager only (checked above): the count is read back to the host when it lives on a device.
-        const int64_t t = capturable_ ? step.add_(1).item<int64_t>() : ++step.data_ptr<int64_t>()[0];
-        if (!capturable_) step.storage()->bump_version();
+        const int64_t t = capturable_ ? step.add_(1).item<int64_t>() : advance_host_count(step);
         adam_by_ops(p, grad, state, h, adam_step_factors(h, t), name);
         continue;
       }
@@ -186,12 +192,10 @@ void Adam::step() {
       batch.exp_avgs.push_back(state_tensor(state, kExpAvg, p, name, zeros_like_p));
       batch.exp_avg_sqs.push_back(state_tensor(state, kExpAvgSq, p, name, zeros_like_p));
       if (h.amsgrad) batch.max_exp_avg_sqs.push_back(state_tensor(state, kMaxExpAvgSq, p, name, zeros_like_p));
-      if (capturable_) {
+      if (capturable_)
         batch.step_counts.push_back(step);  // incremented by the op, on the device
-      } else {
-        batch.steps.push_back(++step.data_ptr<int64_t>()[0]);
-        step.storage()->bump_version();
-      }
+      else
+        batch.steps.push_back(advance_host_count(step));
     }
     for (const auto& [device, b] : batches) {
       if (capturable_)
