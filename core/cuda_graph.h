@@ -21,8 +21,11 @@
  *     Optimizers built with capturable = true (SGD, Adam, AdamW) read their step counts and lrs
  *     on the device, so a captured step follows an LR schedule stepped between replays
  *     (nn/optim/device_lr.h); a plain SGD captures with the capture's lr, and a plain Adam or
- *     AdamW refuses to be captured. Random ops on the GPU (dropout) refuse too: every replay
- *     would draw the same numbers;
+ *     AdamW refuses to be captured;
+ *   - random ops on the GPU (dropout, rand, randn) draw fresh numbers at every replay: each replay
+ *     reserves from the generator the counters the captured draws use, as many as they would take
+ *     eagerly, and the kernels read the seed and first counter from the device. A replayed step
+ *     draws what the same step would draw eagerly at that point (capture_philox_args below);
  *   - the captured code may not wait for the GPU: .item(), .to(kCPU), printing a CUDA tensor,
  *     cuda::synchronize() fail during the capture (a copy to or from the host says so at once;
  *     a synchronisation invalidates the capture, and capture_end says that);
@@ -37,7 +40,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+
+#include "core/random.h"
 
 namespace loom::cuda {
 
@@ -75,6 +81,14 @@ class CudaGraph {
 // is recorded, not run, so no code may wait for it or bake a host value that changes per step
 // into it. False without CUDA.
 bool current_stream_capturing();
+
+// The Philox arguments of a random kernel recorded on the current stream's capture, drawing
+// `counters` counters from `generator`. The graph keeps the generator: each replay reserves from it
+// what the capture drew and writes the seed and first counter where the kernels read them. The
+// generator's own counter is where it was before the capture once capture_end returns (the
+// captured draws happen at the replays). Throws loom::Error when the current stream is not being
+// captured by a cuda::CudaGraph, or when the generator was reseeded or rewound during the capture.
+PhiloxArgs capture_philox_args(Generator& generator, uint64_t counters);
 
 // Records f() into `graph`: capture_begin(), f(), capture_end(). When f throws, the capture is
 // ended and discarded before the exception goes on, so the thread's current stream is restored.

@@ -57,5 +57,8 @@ size_t CudaGraph::num_nodes() const {
 bool current_stream_capturing() {
   return false;
 }
+PhiloxArgs capture_philox_args(Generator&, uint64_t) {
+  LOOM_FAIL("capture_philox_args: no CUDA-graph capture is possible (Loom was built without CUDA)");
+}
 
 }  // namespace loom::cuda

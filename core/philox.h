@@ -36,6 +36,27 @@ LOOM_HOST_DEVICE inline PhiloxLanes philox4x32_10(uint64_t seed, uint64_t counte
   return PhiloxLanes{{c0, c1, c2, c3}};
 }
 
+// The key and first counter of one random draw. Eagerly they are values. A draw captured into a
+// CUDA graph reads them when its kernel runs: `replay_state` points at the graph's device copy of
+// its generator's [seed, first counter of this replay], which each replay rewrites before it
+// launches (core/cuda/graph.cpp), and `offset` counts from that first counter. A replay then draws
+// what the same ops would draw eagerly at that point of the generator's stream.
+struct PhiloxArgs {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+  const uint64_t* replay_state = nullptr;
+};
+
+// The (seed, first counter) a kernel draws from, with a captured draw's replay state read.
+LOOM_HOST_DEVICE inline PhiloxArgs resolve_philox(PhiloxArgs args) {
+  if (args.replay_state != nullptr) {
+    args.seed = args.replay_state[0];
+    args.offset += args.replay_state[1];
+    args.replay_state = nullptr;
+  }
+  return args;
+}
+
 // Uniform float in [0, 1) from 24 random bits; double in [0, 1) from 53 (exact products).
 LOOM_HOST_DEVICE inline float uniform_float(uint32_t bits) {
   return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);

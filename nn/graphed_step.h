@@ -22,9 +22,9 @@
  *   }
  *
  * What the step may do is what a capture allows: no reads back to the host (.item(), printing),
- * no random ops on the GPU (dropout), an optimizer built with capturable = true (a plain SGD
- * keeps the capture's lr), clipping by clip_grad_norm_on_device_. A step that breaks a rule
- * throws at the capture, naming the call.
+ * an optimizer built with capturable = true (a plain SGD keeps the capture's lr), clipping by
+ * clip_grad_norm_on_device_. Dropout draws at each replay the masks the eager step would draw.
+ * A step that breaks a rule throws at the capture, naming the call.
  */
 #pragma once
 

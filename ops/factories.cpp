@@ -14,23 +14,26 @@ namespace loom {
 namespace {
 
 // Runs a random kernel over a contiguous tensor, reserving fresh counters from the generator.
+// A CUDA-graph capture reserves them at each replay instead (core/cuda_graph.h): the kernel it
+// records reads the seed and first counter on the device.
 template <Op op>
 const Tensor& random_fill(const Tensor& x, double a, double b, Generator* generator) {
   check_defined(x, op_name(op));
   if (x.numel() == 0) return x;
-  // The kernel takes the seed and offset as arguments, which a graph keeps: every replay would draw
-  // the same numbers (the same dropout mask at every step).
-  LOOM_CHECK(
-      !x.is_cuda() || !cuda::current_stream_capturing(), op_name(op), ": random numbers on ", x.device(),
-      " cannot be drawn inside a CUDA-graph capture: each replay would repeat the captured draw. Draw them "
-      "outside the capture into a static tensor, or leave the random op (dropout) out of the graph");
   Generator& gen = generator ? *generator : default_generator();
-  auto [seed, offset] = gen.reserve(static_cast<uint64_t>(x.numel()));
+  const auto counters = static_cast<uint64_t>(x.numel());
+  PhiloxArgs philox;
+  if (x.is_cuda() && cuda::current_stream_capturing()) {
+    philox = cuda::capture_philox_args(gen, counters);
+  } else {
+    const auto [seed, offset] = gen.reserve(counters);
+    philox = PhiloxArgs{seed, offset};
+  }
   if (x.is_contiguous()) {
-    get_kernel<op>(x.device())(x, a, b, seed, offset);
+    get_kernel<op>(x.device())(x, a, b, philox);
   } else {
     Tensor tmp = empty(x.sizes(), x.options());
-    get_kernel<op>(x.device())(tmp, a, b, seed, offset);
+    get_kernel<op>(x.device())(tmp, a, b, philox);
     copy_(x, tmp);
   }
   x.storage()->bump_version();

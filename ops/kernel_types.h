@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/philox.h"
 #include "core/tensor.h"
 
 namespace loom {
@@ -38,7 +39,8 @@ using FillKernel = void (*)(const Tensor& dst, Scalar value);
 using ArangeKernel = void (*)(const Tensor& out, double start, double step);
 // Counter-based random fills of a contiguous out; element i depends only on (seed, offset, i).
 // uniform: U[a, b); normal: N(a, b^2); randint: integers in [a, b); bernoulli: 1 with probability a.
-using RandomKernel = void (*)(const Tensor& out, double a, double b, uint64_t seed, uint64_t offset);
+// Only the CUDA kernels take a captured draw's replay_state (core/philox.h).
+using RandomKernel = void (*)(const Tensor& out, double a, double b, PhiloxArgs philox);
 
 // ---- reductions: out is contiguous, with in's rank and the reduced dims of size 1 (keepdim
 // shape); dims are sorted, unique and non-negative. out's dtype: sum/prod of integers and bool

@@ -1,7 +1,9 @@
 /* CUDA graph capture and replay (see core/cuda_graph.h). */
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <atomic>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -13,8 +15,45 @@
 #include "core/cuda/graph_checks.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_graph.h"
+#include "core/random.h"
 
 namespace loom::cuda {
+
+namespace {
+
+// How many replays' generator states may be on their way to the device at once: a replay waits
+// for the copy of the one this many replays before it, which has long finished in a training loop.
+constexpr int kStagingSlots = 4;
+
+// A generator that the capture drew from (capture_philox_args): where the replays' kernels read its
+// seed and first counter, and how many counters one replay draws.
+struct GraphRng {
+  std::shared_ptr<Generator::State> generator;
+  // The generator's counter when the capture first drew from it.
+  uint64_t capture_start = 0;
+  // The counters one replay draws; known at capture_end.
+  uint64_t counters = 0;
+  // [seed, first counter], read by the captured kernels.
+  uint64_t* device_state = nullptr;
+  // Pinned host words, kStagingSlots x [seed, first counter], and the copy out of each slot.
+  uint64_t* staging = nullptr;
+  std::array<CudaEvent, kStagingSlots> staged;
+  int next_slot = 0;
+
+  GraphRng() = default;
+  GraphRng(const GraphRng&) = delete;
+  GraphRng& operator=(const GraphRng&) = delete;
+  ~GraphRng() {
+    RelaxedCaptureMode relaxed;
+    // The host words may still be on their way to the device.
+    for (const CudaEvent& copy : staged)
+      if (cudaEventSynchronize(copy.handle()) != cudaSuccess) (void)cudaGetLastError();
+    if (cudaFree(device_state) != cudaSuccess) (void)cudaGetLastError();
+    if (cudaFreeHost(staging) != cudaSuccess) (void)cudaGetLastError();
+  }
+};
+
+}  // namespace
 
 struct CudaGraph::Impl {
   std::optional<OwnedCudaStream> stream;  // where the capture runs; made by the first capture
@@ -23,6 +62,7 @@ struct CudaGraph::Impl {
   bool capturing = false;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
+  std::vector<std::unique_ptr<GraphRng>> rngs;
 };
 
 namespace {
@@ -37,7 +77,7 @@ struct Checks {
   std::mutex mutex;
   std::vector<CheckWord> words;
   std::atomic<size_t> count{0};
-  std::map<cudaStream_t, const CudaGraph::Impl*> capturing;
+  std::map<cudaStream_t, CudaGraph::Impl*> capturing;
 };
 Checks& checks() {
   static auto* c = new Checks();  // never destroyed: graphs may be reset after main returns
@@ -59,14 +99,87 @@ void free_check_words(const CudaGraph::Impl* graph) {
   c.count = c.words.size();
 }
 
-}  // namespace
-
-unsigned long long* capture_check_word(std::string what, std::string position) {
+// The graph capturing the current stream; `caller` names who asks when there is none.
+CudaGraph::Impl* graph_capturing_current_stream(const std::string& caller) {
   Checks& c = checks();
   std::lock_guard<std::mutex> lock(c.mutex);
   auto graph = c.capturing.find(current_stream().handle());
-  LOOM_CHECK(graph != c.capturing.end(), "capture_check_word(", what,
-             "): the current stream is not being captured by a cuda::CudaGraph");
+  LOOM_CHECK(graph != c.capturing.end(), caller,
+             ": the current stream is not being captured by a cuda::CudaGraph");
+  return graph->second;
+}
+
+// At the end of a capture, kept or not: how many counters the captured work drew from each
+// generator, and each generator's counter put back where the capture found it, since the
+// captured kernels have not run (the replays draw them).
+void rewind_generators(CudaGraph::Impl& g) {
+  for (const auto& rng : g.rngs) {
+    const auto [seed, offset] = rng->generator->get();
+    rng->counters = offset >= rng->capture_start ? offset - rng->capture_start : 0;
+    rng->generator->set(seed, rng->capture_start);
+  }
+}
+
+// Before a replay, on `stream`: each generator's seed and the first of this replay's counters,
+// reserved now as the captured draws would reserve them eagerly, copied to where the kernels read
+// them. Replays on one stream run in order, so a replay's words are not overwritten before its
+// kernels have read them.
+void stage_generator_states(CudaGraph::Impl& g, CudaStream stream) {
+  if (g.rngs.empty()) return;
+  // Launched into another capture, the copy below would become a node of that graph, reading the
+  // host words at its replays and not this reservation's.
+  LOOM_CHECK(
+      !current_stream_capturing(),
+      "CudaGraph::replay: a graph that draws random numbers cannot be replayed inside another capture");
+  for (const auto& rng : g.rngs) {
+    const auto [seed, first] = rng->generator->reserve(rng->counters);
+    const int slot = rng->next_slot;
+    rng->next_slot = (slot + 1) % kStagingSlots;
+    // Waits for the copy out of this slot, kStagingSlots replays ago, before overwriting it.
+    rng->staged[slot].synchronize();
+    uint64_t* words = rng->staging + 2 * slot;
+    words[0] = seed;
+    words[1] = first;
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(rng->device_state, words, 2 * sizeof(uint64_t), cudaMemcpyHostToDevice,
+                                    stream.handle()));
+    rng->staged[slot].record(stream);
+  }
+}
+
+}  // namespace
+
+PhiloxArgs capture_philox_args(Generator& generator, uint64_t counters) {
+  CudaGraph::Impl& g = *graph_capturing_current_stream("a random op in a CUDA-graph capture");
+  const std::shared_ptr<Generator::State>& state = generator.shared_state();
+  GraphRng* rng = nullptr;
+  for (const auto& r : g.rngs)
+    if (r->generator == state) rng = r.get();
+  if (rng == nullptr) {
+    RelaxedCaptureMode relaxed;  // events and allocations are no stream work
+    auto added = std::make_unique<GraphRng>();
+    added->generator = state;
+    added->capture_start = state->get()[1];
+    void* device = nullptr;
+    void* host = nullptr;
+    LOOM_CUDA_CHECK(cudaMalloc(&device, 2 * sizeof(uint64_t)));
+    added->device_state = static_cast<uint64_t*>(device);
+    LOOM_CUDA_CHECK(cudaMallocHost(&host, kStagingSlots * 2 * sizeof(uint64_t)));
+    added->staging = static_cast<uint64_t*>(host);
+    rng = added.get();
+    g.rngs.push_back(std::move(added));
+  }
+  const auto [seed, first] = state->reserve(counters);
+  LOOM_CHECK(first >= rng->capture_start,
+             "a random op in a CUDA-graph capture: its generator was reseeded or ",
+             "rewound during the capture (to counter ", first, ", before counter ", rng->capture_start,
+             " where the capture started); seed it before capture_begin");
+  return PhiloxArgs{seed, first - rng->capture_start, rng->device_state};
+}
+
+unsigned long long* capture_check_word(std::string what, std::string position) {
+  CudaGraph::Impl* graph = graph_capturing_current_stream(detail::concat("capture_check_word(", what, ")"));
+  Checks& c = checks();
+  std::lock_guard<std::mutex> lock(c.mutex);
   void* word = nullptr;
   {
     RelaxedCaptureMode relaxed;
@@ -74,8 +187,7 @@ unsigned long long* capture_check_word(std::string what, std::string position) {
     // A synchronous memset on the legacy stream: done before any replay can write the word.
     LOOM_CUDA_CHECK(cudaMemset(word, 0xff, sizeof(unsigned long long)));
   }
-  c.words.push_back(
-      {graph->second, std::move(what), std::move(position), static_cast<unsigned long long*>(word)});
+  c.words.push_back({graph, std::move(what), std::move(position), static_cast<unsigned long long*>(word)});
   c.count = c.words.size();
   return static_cast<unsigned long long*>(word);
 }
@@ -158,11 +270,13 @@ void CudaGraph::capture_end() {
     std::lock_guard<std::mutex> lock(checks().mutex);
     checks().capturing.erase(g.stream->stream().handle());
   }
+  rewind_generators(g);
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
     caching_allocator().release_pool(g.pool);
     g.pool = 0;
     free_check_words(&g);
+    g.rngs.clear();
     LOOM_FAIL(
         "CudaGraph::capture_end: the capture failed (", cudaGetErrorName(status), ": ",
         cudaGetErrorString(status),
@@ -182,7 +296,9 @@ void CudaGraph::capture_end() {
 void CudaGraph::replay() {
   Impl& g = *impl_;
   LOOM_CHECK(g.exec != nullptr, "CudaGraph::replay: nothing was captured (capture_begin, then capture_end)");
-  // Ordered after the work queued on the current stream; later work there follows the replay.
+  // Ordered after the work queued on the current stream (the generator states staged just before
+  // it among them); later work there follows the replay.
+  stage_generator_states(g, current_stream());
   LOOM_CUDA_CHECK(cudaGraphLaunch(g.exec, current_stream().handle()));
 }
 
@@ -196,10 +312,14 @@ void CudaGraph::reset() {
     if (discarded != nullptr) (void)cudaGraphDestroy(discarded);
     caching_allocator().end_allocate_to_pool(g.pool);
     g.capturing = false;
-    std::lock_guard<std::mutex> lock(checks().mutex);
-    checks().capturing.erase(g.stream->stream().handle());
+    {
+      std::lock_guard<std::mutex> lock(checks().mutex);
+      checks().capturing.erase(g.stream->stream().handle());
+    }
+    rewind_generators(g);
   }
   free_check_words(&g);
+  g.rngs.clear();
   if (g.exec != nullptr) (void)cudaGraphExecDestroy(g.exec);
   if (g.graph != nullptr) (void)cudaGraphDestroy(g.graph);
   g.exec = nullptr;

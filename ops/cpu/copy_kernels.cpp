@@ -62,7 +62,10 @@ void arange_kernel(const Tensor& out, double start, double step) {
 // Runs body(i, lanes) for every element i, where lanes are the 4 x 32 random bits of the
 // counter that element i draws from: counter = offset + i / per_counter.
 template <class Body>
-void for_each_random(int64_t n, int per_counter, uint64_t seed, uint64_t offset, const Body& body) {
+void for_each_random(int64_t n, int per_counter, PhiloxArgs philox, const Body& body) {
+  LOOM_CHECK(philox.replay_state == nullptr,
+             "random fill on the CPU: Philox arguments of a CUDA-graph capture");
+  const uint64_t seed = philox.seed, offset = philox.offset;
   const int64_t groups = (n + per_counter - 1) / per_counter;
   parallel_for(0, groups, kParallelGrain / 4, [&](int64_t gb, int64_t ge) {
     for (int64_t g = gb; g < ge; ++g) {
@@ -73,28 +76,29 @@ void for_each_random(int64_t n, int per_counter, uint64_t seed, uint64_t offset,
   });
 }
 
-void uniform_kernel(const Tensor& out, double low, double high, uint64_t seed, uint64_t offset) {
+void uniform_kernel(const Tensor& out, double low, double high, PhiloxArgs philox) {
   visit_floating_dtype(out.dtype(), "uniform_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* o = out.data_ptr<T>();
     if constexpr (std::is_same_v<T, double>) {
-      for_each_random(out.numel(), 2, seed, offset, [&](int64_t i, int k, const auto& r) {
+      for_each_random(out.numel(), 2, philox, [&](int64_t i, int k, const auto& r) {
         o[i] = low + (high - low) * uniform_double(r[2 * k], r[2 * k + 1]);
       });
     } else {
       const float lo = static_cast<float>(low), span = static_cast<float>(high - low);
-      for_each_random(out.numel(), 4, seed, offset,
-                      [&](int64_t i, int k, const auto& r) { o[i] = static_cast<T>(lo + span * uniform_float(r[k])); });
+      for_each_random(out.numel(), 4, philox, [&](int64_t i, int k, const auto& r) {
+        o[i] = static_cast<T>(lo + span * uniform_float(r[k]));
+      });
     }
   });
 }
 
 // Box-Muller on lane pairs (0,1) and (2,3): elements 4g, 4g+1 and 4g+2, 4g+3.
-void normal_kernel(const Tensor& out, double mean, double stddev, uint64_t seed, uint64_t offset) {
+void normal_kernel(const Tensor& out, double mean, double stddev, PhiloxArgs philox) {
   visit_floating_dtype(out.dtype(), "normal_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* o = out.data_ptr<T>();
-    for_each_random(out.numel(), 4, seed, offset, [&](int64_t i, int k, const auto& r) {
+    for_each_random(out.numel(), 4, philox, [&](int64_t i, int k, const auto& r) {
       int pair = k / 2;
       // u1 in (0, 1] so that log(u1) is finite; u2 in [0, 1).
       double u1 = (static_cast<double>(r[2 * pair]) + 1.0) * 0x1p-32, u2 = static_cast<double>(r[2 * pair + 1]) * 0x1p-32;
@@ -105,25 +109,25 @@ void normal_kernel(const Tensor& out, double mean, double stddev, uint64_t seed,
   });
 }
 
-void randint_kernel(const Tensor& out, double low, double high, uint64_t seed, uint64_t offset) {
+void randint_kernel(const Tensor& out, double low, double high, PhiloxArgs philox) {
   visit_numeric_dtype(out.dtype(), "randint", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* o = out.data_ptr<T>();
     const int64_t lo = static_cast<int64_t>(low);
     const uint64_t range = static_cast<uint64_t>(static_cast<int64_t>(high) - lo);
-    for_each_random(out.numel(), 2, seed, offset, [&](int64_t i, int k, const auto& r) {
+    for_each_random(out.numel(), 2, philox, [&](int64_t i, int k, const auto& r) {
       uint64_t bits = static_cast<uint64_t>(r[2 * k]) << 32 | r[2 * k + 1];
       o[i] = static_cast<T>(static_cast<double>(lo + static_cast<int64_t>(bits % range)));
     });
   });
 }
 
-void bernoulli_kernel(const Tensor& out, double p, double, uint64_t seed, uint64_t offset) {
+void bernoulli_kernel(const Tensor& out, double p, double, PhiloxArgs philox) {
   visit_dtype(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* o = out.data_ptr<T>();
     const float threshold = static_cast<float>(p);
-    for_each_random(out.numel(), 4, seed, offset, [&](int64_t i, int k, const auto& r) {
+    for_each_random(out.numel(), 4, philox, [&](int64_t i, int k, const auto& r) {
       o[i] = static_cast<T>(uniform_float(r[k]) < threshold ? 1.0f : 0.0f);
     });
   });

@@ -197,12 +197,12 @@ void arange_kernel(const Tensor& out, double start, double step) {
 }
 
 template <RandomOp kOp>
-void random_kernel(const Tensor& out, double a, double b, uint64_t seed, uint64_t offset) {
+void random_kernel(const Tensor& out, double a, double b, PhiloxArgs philox) {
   if constexpr (kOp == RandomOp::kUniform) check_floating("uniform_", out.dtype());
   if constexpr (kOp == RandomOp::kNormal) check_floating("normal_", out.dtype());
   if constexpr (kOp == RandomOp::kRandint) check_not_bool("randint", out.dtype());
   LOOM_CUDA_CHECK(
-      launch_random(kOp, code(out.dtype()), out.data_ptr(), out.numel(), a, b, seed, offset, op_stream()));
+      launch_random(kOp, code(out.dtype()), out.data_ptr(), out.numel(), a, b, philox, op_stream()));
 }
 
 }  // namespace

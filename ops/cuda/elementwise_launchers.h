@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "core/philox.h"
 #include "ops/cuda/launchers.h"
 
 namespace loom::cuda {
@@ -75,8 +76,9 @@ cudaError_t launch_where(int dtype, void* out, const void* cond, const void* a, 
 cudaError_t launch_arange(int dtype, void* out, int64_t numel, double start, double step, cudaStream_t stream);
 
 // Counter-based random fill of a contiguous out, element i equal to the CPU kernel's for the
-// same (seed, offset): see ops/cpu/copy_kernels.cpp.
-cudaError_t launch_random(RandomOp op, int dtype, void* out, int64_t numel, double a, double b, uint64_t seed,
-                          uint64_t offset, cudaStream_t stream);
+// same (seed, offset): see ops/cpu/copy_kernels.cpp. A captured draw's seed and offset are read on
+// the device when the kernel runs (PhiloxArgs::replay_state).
+cudaError_t launch_random(RandomOp op, int dtype, void* out, int64_t numel, double a, double b,
+                          PhiloxArgs philox, cudaStream_t stream);
 
 }  // namespace loom::cuda

@@ -65,7 +65,9 @@ __device__ inline T random_value(int k, const PhiloxLanes& r, const RandomParams
 // One thread per counter: element i draws from counter offset + i / per_counter, lane
 // i % per_counter (two lanes per element for double uniforms and randint).
 template <class T, RandomOp kOp, int kPerCounter>
-__global__ void random_kernel(T* out, int64_t numel, RandomParams params, uint64_t seed, uint64_t offset) {
+__global__ void random_kernel(T* out, int64_t numel, RandomParams params, PhiloxArgs philox) {
+  const PhiloxArgs key = resolve_philox(philox);  // a replayed graph's state, read when it runs
+  const uint64_t seed = key.seed, offset = key.offset;
   const int64_t groups = (numel + kPerCounter - 1) / kPerCounter;
   for (int64_t g = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; g < groups;
        g += int64_t{gridDim.x} * blockDim.x) {
@@ -89,8 +91,8 @@ cudaError_t launch_arange(int dtype, void* out, int64_t numel, double start, dou
   });
 }
 
-cudaError_t launch_random(RandomOp op, int dtype, void* out, int64_t numel, double a, double b, uint64_t seed,
-                          uint64_t offset, cudaStream_t stream) {
+cudaError_t launch_random(RandomOp op, int dtype, void* out, int64_t numel, double a, double b, PhiloxArgs philox,
+                          cudaStream_t stream) {
   if (numel == 0) return cudaSuccess;
   RandomParams p{};
   auto go = [&](auto t, auto kernel_tag, auto per_counter) {
@@ -99,7 +101,7 @@ cudaError_t launch_random(RandomOp op, int dtype, void* out, int64_t numel, doub
     constexpr int kPer = decltype(per_counter)::value;
     const int64_t groups = (numel + kPer - 1) / kPer;
     return launch<random_kernel<T, kOp, kPer>>(grid_stride(groups, stream), static_cast<T*>(out), numel, p,
-                                               seed, offset);
+                                               philox);
   };
   using Uniform = std::integral_constant<RandomOp, RandomOp::kUniform>;
   using Normal = std::integral_constant<RandomOp, RandomOp::kNormal>;

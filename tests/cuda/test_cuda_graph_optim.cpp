@@ -5,8 +5,8 @@
  * on the CPU by the non-capturable optimizer (the independent reference). A step that baked its
  * step counts or lr into the graph would drift from the CPU at the first replay. Also the
  * refusals: a capture before the first step, a schedule stepped inside a capture, a
- * non-contiguous parameter, a random op. nn::GraphedStep: warm-up, capture, replays, and eager
- * steps for batches of another shape.
+ * non-contiguous parameter (random ops: test_cuda_graph_random.cpp). nn::GraphedStep: warm-up, capture,
+ * replays, and eager steps for batches of another shape.
  */
 #include <doctest/doctest.h>
 
@@ -158,19 +158,6 @@ TEST_CASE("capturable optimizers in a capture: warm-up first, schedules outside,
   CHECK_THROWS_WITH_AS(cuda::capture(second, [&] { sgd.step(); }),
                        doctest::Contains("SGD: parameter 0 of group 0 (shape [3, 4]) is not contiguous"),
                        Error);
-}
-
-TEST_CASE("capture refuses random ops on the GPU: every replay would draw the same numbers") {
-  LOOM_REQUIRE_GPU();
-  Tensor x = ones({64}, kGpu);
-  cuda::CudaGraph graph;
-  CHECK_THROWS_WITH_AS(
-      cuda::capture(graph, [&] { (void)dropout(x, 0.5, true); }),
-      doctest::Contains("bernoulli: random numbers on cuda:0 cannot be drawn inside a CUDA-graph "
-                        "capture"),
-      Error);
-  cuda::capture(graph, [&] { (void)dropout(x, 0.5, false); });  // evaluation: no draw, captures
-  CHECK(graph.captured());
 }
 
 TEST_CASE("GraphedStep: warm-up steps, one capture, then replays, and a batch of another shape runs eagerly") {

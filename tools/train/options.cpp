@@ -244,7 +244,7 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
       "--cuda-graph", o.cuda_graph,
       "--device cuda: capture the training step (forward, backward, clipping, optimizer) into a CUDA "
       "graph after 2 eager steps and replay it, one launch per step; an epoch's short last batch runs "
-      "eagerly. One process, --grad-accum 1, --amp none or bf16, no --dropout");
+      "eagerly; dropout draws fresh masks at every replay. One process, --grad-accum 1, --amp none or bf16");
   app.add_option("--trace", o.trace,
                  "Write a Chrome trace (chrome://tracing, Perfetto) of the run to this file; with --pp, "
                  "also the pipeline's micro-batches on every rank to FILE's name + .pipeline.json");
@@ -386,8 +386,8 @@ void validate_device(const TrainOptions& o) {
   if (!o.teacher.empty()) fail("--device cuda: --teacher is not available on the GPU yet; use --device cpu");
 }
 
-// Work across processes, a host decision per step (fp16's overflow check, accumulation's
-// micro-batch count) and random draws (dropout) cannot be captured.
+// Work across processes and a host decision per step (fp16's overflow check, accumulation's
+// micro-batch count) cannot be captured. Dropout can: each replay draws its own masks.
 void validate_cuda_graph(const TrainOptions& o) {
   if (!o.cuda_graph) return;
   if (o.device != DeviceKind::kCuda) fail("--cuda-graph needs --device cuda");
@@ -402,8 +402,6 @@ void validate_cuda_graph(const TrainOptions& o) {
     fail(
         "--cuda-graph with --amp fp16: the loss scaler decides on the host whether to skip each step; use "
         "--amp bf16");
-  if (o.dropout > 0)
-    fail("--cuda-graph with --dropout: every replay would draw the same dropout mask; use --dropout 0");
 }
 
 void validate_parallelism(const TrainOptions& o) {

@@ -222,7 +222,7 @@ void Trainer::make_model() {
   if (o_.cuda_graph) make_graphed_step();
 }
 
-// --cuda-graph (validated: one process, one batch a step, no loss scaling, no dropout): the whole
+// --cuda-graph (validated: one process, one batch a step, no loss scaling): the whole
 // step as one function of the batch, which nn::GraphedStep runs eagerly twice, then captures and
 // replays. The optimizer is capturable (model_setup.cpp), so the schedule, stepped between
 // replays in after_step, reaches the replayed steps.
