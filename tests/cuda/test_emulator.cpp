@@ -141,6 +141,7 @@ TEST_CASE("launch limits are an H100's") {
 
 #if defined(LOOM_CUDA_EMULATED)
 
+#include "core/cuda/emulated/address_sanitizer.h"
 #include "core/cuda/emulated/emulator.h"
 
 TEST_CASE("emulator: broken barrier and warp rules are reported, not hung") {
@@ -206,15 +207,7 @@ TEST_CASE("emulator: host code that reads device memory faults and names the all
   CHECK(err.find("32-byte cudaMalloc allocation") != std::string::npos);
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-#define LOOM_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define LOOM_TEST_ASAN 1
-#endif
-#endif
-#ifdef LOOM_TEST_ASAN
-#include <sanitizer/asan_interface.h>
+#ifdef LOOM_EMU_ASAN
 
 // A fiber's outermost frame never returns (it switches home for good), so the redzones ASan put
 // around its locals stay in the shadow. Unmapped with them, the stack's addresses came back

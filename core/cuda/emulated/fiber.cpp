@@ -14,18 +14,11 @@
 #include <memory>
 #include <vector>
 
+#include "core/cuda/emulated/address_sanitizer.h"
 #include "core/error.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define LOOM_EMU_FIBER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define LOOM_EMU_FIBER_ASAN 1
-#endif
-#endif
-#ifdef LOOM_EMU_FIBER_ASAN
+#ifdef LOOM_EMU_ASAN
 #include <dlfcn.h>
-#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -58,7 +51,7 @@ struct Stack {
     bytes = kStackBytes;
   }
   ~Stack() {
-#ifdef LOOM_EMU_FIBER_ASAN
+#ifdef LOOM_EMU_ASAN
     // fiber_entry's frame never returns, so the redzones around its locals are still in the
     // shadow; left there, they would poison whatever is mapped at these addresses next (CI saw
     // LeakSanitizer's own symbolizer trip over them at exit and hang).
@@ -94,14 +87,14 @@ thread_local Scheduler* tls_scheduler = nullptr;
 // ASan's fiber annotations: start before a switch (naming the stack switched to), finish right
 // after arriving (getting the stack switched from). No-ops without ASan.
 void start_switch(void** fake_stack_save, const void* bottom, size_t bytes) {
-#ifdef LOOM_EMU_FIBER_ASAN
+#ifdef LOOM_EMU_ASAN
   __sanitizer_start_switch_fiber(fake_stack_save, bottom, bytes);
 #else
   (void)fake_stack_save, (void)bottom, (void)bytes;
 #endif
 }
 void finish_switch(void* fake_stack_save, const void** bottom_old, size_t* bytes_old) {
-#ifdef LOOM_EMU_FIBER_ASAN
+#ifdef LOOM_EMU_ASAN
   __sanitizer_finish_switch_fiber(fake_stack_save, bottom_old, bytes_old);
 #else
   (void)fake_stack_save, (void)bottom_old, (void)bytes_old;
@@ -115,7 +108,7 @@ void finish_switch(void* fake_stack_save, const void** bottom_old, size_t* bytes
 // no-return handler, so libc's own swapcontext is called.
 using SwapContext = int (*)(ucontext_t*, const ucontext_t*);
 SwapContext libc_swapcontext() {
-#ifdef LOOM_EMU_FIBER_ASAN
+#ifdef LOOM_EMU_ASAN
   static const SwapContext real = [] {
     void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
     void* symbol = libc ? dlsym(libc, "swapcontext") : nullptr;

@@ -27,21 +27,11 @@
 #include <set>
 #include <string>
 
+#include "core/cuda/emulated/address_sanitizer.h"
 #include "core/cuda/emulated/device_memory.h"
 #include "core/cuda/emulated/device_work.h"
 #include "core/cuda/emulated/emulator.h"
 #include "core/error.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define LOOM_EMU_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define LOOM_EMU_ASAN 1
-#endif
-#endif
-#ifdef LOOM_EMU_ASAN
-#include <sanitizer/asan_interface.h>
-#endif
 
 namespace loom_emu {
 
