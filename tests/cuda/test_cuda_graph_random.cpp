@@ -62,25 +62,33 @@ TEST_CASE("CUDA graph: a captured dropout draws at each replay the mask the CPU 
   CHECK(default_generator().offset() == offset_after_three);
 }
 
-TEST_CASE("CUDA graph: replays draw from the generator as eager ops would, across eager draws and reseeds") {
+TEST_CASE("CUDA graph: replays draw from each generator as eager ops would, across eager draws and reseeds") {
   LOOM_REQUIRE_GPU();
-  Generator gpu_gen(5), cpu_gen(5);
+  // Two generators in one capture, drawn from in turn: each keeps its own counters.
+  Generator gpu_a(5), cpu_a(5), gpu_b(6), cpu_b(6);
+  auto step = [](Device device, Generator& a, Generator& b) {
+    std::vector<Tensor> out = draws(device, a);
+    out.push_back(rand({21}, device, &b));
+    out.push_back(rand({4}, device, &a));
+    return out;
+  };
   cuda::CudaGraph graph;
   std::vector<Tensor> captured;
-  cuda::capture(graph, [&] { captured = draws(kGpu, gpu_gen); });
+  cuda::capture(graph, [&] { captured = step(kGpu, gpu_a, gpu_b); });
 
   graph.replay();
-  check_equal_on_cpu(captured, draws(kCPU, cpu_gen));
+  check_equal_on_cpu(captured, step(kCPU, cpu_a, cpu_b));
   // An eager draw between replays takes its counters from the same stream.
-  CHECK(equal(rand({10}, kGpu, &gpu_gen).to(kCPU), rand({10}, kCPU, &cpu_gen)));
+  CHECK(equal(rand({10}, kGpu, &gpu_a).to(kCPU), rand({10}, kCPU, &cpu_a)));
   graph.replay();
-  check_equal_on_cpu(captured, draws(kCPU, cpu_gen));
+  check_equal_on_cpu(captured, step(kCPU, cpu_a, cpu_b));
   // A reseed between replays: the next replay reads the new seed.
-  gpu_gen.manual_seed(99);
-  cpu_gen.manual_seed(99);
+  gpu_b.manual_seed(99);
+  cpu_b.manual_seed(99);
   graph.replay();
-  check_equal_on_cpu(captured, draws(kCPU, cpu_gen));
-  CHECK(gpu_gen.offset() == cpu_gen.offset());
+  check_equal_on_cpu(captured, step(kCPU, cpu_a, cpu_b));
+  CHECK(gpu_a.offset() == cpu_a.offset());
+  CHECK(gpu_b.offset() == cpu_b.offset());
 }
 
 TEST_CASE("CUDA graph: the graph keeps drawing from a generator that is gone") {
