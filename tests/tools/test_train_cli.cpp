@@ -204,6 +204,11 @@ TEST_CASE("train options: --cuda-graph needs --device cuda and refuses what a ca
   refused({"--amp", "fp16"}, "--cuda-graph with --amp fp16");
   refused({"--grad-accum", "2"}, "--cuda-graph with --grad-accum 2");
   refused({"--dp", "2"}, "--cuda-graph: the step of a distributed run");
+  // Dropout is captured: each replay draws its own masks (tests/cuda/test_cuda_graph_random.cpp).
+  const std::string with_dropout = train_parse_error({"--data", "x.h5", "--out", "r", "--device", "cuda",
+                                                      "--cuda-graph", "--model", "gpt", "--dropout", "0.1"});
+  CAPTURE(with_dropout);
+  CHECK((with_dropout.empty() || with_dropout.find("--device cuda: ") != std::string::npos));
   CHECK(train::to_json(parse({"--data", "x.h5", "--out", "r"})).contains("cuda-graph") == false);
 }
 
