@@ -99,14 +99,12 @@ void free_check_words(const CudaGraph::Impl* graph) {
   c.count = c.words.size();
 }
 
-// The graph capturing the current stream; `caller` names who asks when there is none.
-CudaGraph::Impl* graph_capturing_current_stream(const std::string& caller) {
+// The graph capturing the current stream, or null when no cuda::CudaGraph captures it.
+CudaGraph::Impl* graph_capturing_current_stream() {
   Checks& c = checks();
   std::lock_guard<std::mutex> lock(c.mutex);
   auto graph = c.capturing.find(current_stream().handle());
-  LOOM_CHECK(graph != c.capturing.end(), caller,
-             ": the current stream is not being captured by a cuda::CudaGraph");
-  return graph->second;
+  return graph == c.capturing.end() ? nullptr : graph->second;
 }
 
 // At the end of a capture, kept or not: how many counters the captured work drew from each
@@ -149,7 +147,11 @@ void stage_generator_states(CudaGraph::Impl& g, CudaStream stream) {
 }  // namespace
 
 PhiloxArgs capture_philox_args(Generator& generator, uint64_t counters) {
-  CudaGraph::Impl& g = *graph_capturing_current_stream("a random op in a CUDA-graph capture");
+  CudaGraph::Impl* graph = graph_capturing_current_stream();
+  LOOM_CHECK(
+      graph != nullptr,
+      "a random op in a CUDA-graph capture: the current stream is not being captured by a cuda::CudaGraph");
+  CudaGraph::Impl& g = *graph;
   const std::shared_ptr<Generator::State>& state = generator.shared_state();
   GraphRng* rng = nullptr;
   for (const auto& r : g.rngs)
@@ -177,7 +179,9 @@ PhiloxArgs capture_philox_args(Generator& generator, uint64_t counters) {
 }
 
 unsigned long long* capture_check_word(std::string what, std::string position) {
-  CudaGraph::Impl* graph = graph_capturing_current_stream(detail::concat("capture_check_word(", what, ")"));
+  CudaGraph::Impl* graph = graph_capturing_current_stream();
+  LOOM_CHECK(graph != nullptr, "capture_check_word(", what,
+             "): the current stream is not being captured by a cuda::CudaGraph");
   Checks& c = checks();
   std::lock_guard<std::mutex> lock(c.mutex);
   void* word = nullptr;

@@ -92,8 +92,6 @@ __global__ void indexed_copy_kernel(U* out, const U* src, const int64_t* index, 
 
 // One thread per line along `dim`: the line's elements are the only ones that may write the
 // same output element, so adding them in order of k needs no atomics and fixes the order.
-// One thread per line along `dim`: the line's elements are the only ones that may write the
-// same output element, so adding them in order of k needs no atomics and fixes the order.
 template <class T>
 __global__ void indexed_add_kernel(T* out, const T* src, const int64_t* index, Layout3 l, int dim,
                                    int64_t step, int64_t bound, int64_t lines) {
