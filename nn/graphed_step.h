@@ -23,7 +23,9 @@
  *
  * What the step may do is what a capture allows: no reads back to the host (.item(), printing),
  * an optimizer built with capturable = true (a plain SGD keeps the capture's lr), clipping by
- * clip_grad_norm_on_device_. Dropout draws at each replay the masks the eager step would draw.
+ * clip_grad_norm_on_device_. Dropout draws at each replay the masks the eager step would draw;
+ * a GradScaler's float16 step (scale, unscale_, step, update) skips an inf/NaN step and rescales
+ * on the device at each replay, as the eager step would (nn/amp/grad_scaler.h).
  * A step that breaks a rule throws at the capture, naming the call.
  */
 #pragma once

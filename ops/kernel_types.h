@@ -172,9 +172,17 @@ using FlashAttentionBackwardKernel = void (*)(const Tensor& grad_q, const Tensor
                                               const Tensor& mask, double scale, bool is_causal);
 
 // ---- mixed precision
-// Multiplies each of `values` (contiguous, one floating dtype each) by inv_scale in place and
-// stores 1 into found_inf (float32 [1]) if any value was inf or NaN before; leaves it otherwise.
-using AmpUnscaleKernel = void (*)(const std::vector<Tensor>& values, const Tensor& found_inf, float inv_scale);
+// Multiplies each of `values` (contiguous, one floating dtype each) by inv_scale (float32 [1],
+// read when the kernel runs) in place and stores 1 into found_inf (float32 [1]) if any value was
+// inf or NaN before; leaves it otherwise. All on one device.
+using AmpUnscaleKernel = void (*)(const std::vector<Tensor>& values, const Tensor& found_inf,
+                                  const Tensor& inv_scale);
+// GradScaler's scale update (torch's _amp_update_scale_), in place on one device: scale
+// (float32 [1]) and growth_tracker (int32 [1], clean steps since the last change) from found_inf
+// (float32 [1], nonzero when the step found an inf/NaN gradient).
+using AmpUpdateScaleKernel = void (*)(const Tensor& scale, const Tensor& growth_tracker,
+                                      const Tensor& found_inf, double growth_factor, double backoff_factor,
+                                      int64_t growth_interval);
 
 // ---- optimizers (ops/optim_ops.h): in place, every tensor contiguous, float32 or float64, each
 // list as long as params and each tensor of a list in its parameter's dtype and shape.
@@ -195,13 +203,15 @@ struct AdamStepFactors {
 // parameters' device that the kernel reads when it runs, so that a step captured into a CUDA
 // graph uses each replay's values (nn/optim's capturable mode): step_counts (one 0-dim int64 per
 // tensor, incremented by the kernel before use) and lr (0-dim float64, replacing options.lr);
-// factors is then empty.
+// factors is then empty. found_inf, when defined (float32 [1] on the parameters' device, only
+// with device step counts), is read when the kernel runs: nonzero skips the whole step, counts
+// included (GradScaler's skipped step, decided on the device inside a CUDA graph).
 using FusedAdamKernel = void (*)(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                                  const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                                  const std::vector<Tensor>& max_exp_avg_sqs,
                                  const std::vector<AdamStepFactors>& factors,
                                  const std::vector<Tensor>& step_counts, const Tensor& lr,
-                                 const AdamStepOptions& options);
+                                 const Tensor& found_inf, const AdamStepOptions& options);
 struct SgdStepOptions {
   double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
   bool nesterov = false;
@@ -209,10 +219,11 @@ struct SgdStepOptions {
   bool first_step = false;  // the momentum buffers start as the first direction instead of being updated
 };
 // momentum_buffers is empty when options.momentum == 0. lr, when defined (0-dim float64 on the
-// parameters' device, read when the kernel runs), replaces options.lr.
+// parameters' device, read when the kernel runs), replaces options.lr; found_inf, when defined
+// (float32 [1], only with lr), skips the step when nonzero, as for FusedAdamKernel.
 using FusedSgdKernel = void (*)(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                                 const std::vector<Tensor>& momentum_buffers, const Tensor& lr,
-                                const SgdStepOptions& options);
+                                const Tensor& found_inf, const SgdStepOptions& options);
 // out (float64, 0-dim, on the tensors' device) = the sum of |x|^norm_type over every element of
 // every tensor, or max |x| (NaN if any x is NaN) for norm_type = infinity.
 using ForeachNormKernel = void (*)(const Tensor& out, const std::vector<Tensor>& tensors, double norm_type);

@@ -60,6 +60,14 @@ void check_device_scalar(const char* op, const std::string& name, const Tensor& 
              dtype, " on ", device, ", got ", t.dtype(), " ", t.sizes(), " on ", t.device());
 }
 
+// GradScaler's found_inf, when given: one float32 on `device`.
+void check_found_inf(const char* op, const Tensor& found_inf, Device device) {
+  if (!found_inf.defined()) return;
+  LOOM_CHECK(found_inf.dtype() == kFloat32 && found_inf.numel() == 1 && found_inf.device() == device, op,
+             ": found_inf must be one float32 element on ", device, ", got ", found_inf.dtype(), " ",
+             found_inf.sizes(), " on ", found_inf.device());
+}
+
 void bump_versions(const std::vector<Tensor>& tensors) {
   for (const Tensor& t : tensors) t.storage()->bump_version();
 }
@@ -95,9 +103,9 @@ void bump_adam_versions(const std::vector<Tensor>& params, const std::vector<Ten
   bump_versions(max_exp_avg_sqs);
 }
 
-// Both forms of fused_sgd_: lr is null for the host's options.lr.
+// Both forms of fused_sgd_: lr is null for the host's options.lr; found_inf comes only with lr.
 void run_fused_sgd(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                   const std::vector<Tensor>& momentum_buffers, const Tensor* lr,
+                   const std::vector<Tensor>& momentum_buffers, const Tensor* lr, const Tensor& found_inf,
                    const SgdStepOptions& options) {
   constexpr const char* kOp = "fused_sgd_";
   const SgdStepOptions& h = options;
@@ -116,7 +124,9 @@ void run_fused_sgd(const std::vector<Tensor>& params, const std::vector<Tensor>&
     LOOM_CHECK(momentum_buffers.empty(), kOp, ": momentum_buffers must be empty without momentum, got ",
                momentum_buffers.size(), " tensors");
   if (lr != nullptr) check_device_scalar(kOp, "lr", *lr, kFloat64, params[0].device());
-  get_kernel<Op::fused_sgd_>(params[0].device())(params, grads, momentum_buffers, lr ? *lr : Tensor(), h);
+  check_found_inf(kOp, found_inf, params[0].device());
+  get_kernel<Op::fused_sgd_>(params[0].device())(params, grads, momentum_buffers, lr ? *lr : Tensor(),
+                                                 found_inf, h);
   bump_versions(params);
   bump_versions(momentum_buffers);
 }
@@ -144,14 +154,14 @@ void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
     factors.push_back(adam_step_factors(options, steps[i]));
   }
   get_kernel<Op::fused_adam_>(params[0].device())(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
-                                                  factors, {}, Tensor(), options);
+                                                  factors, {}, Tensor(), Tensor(), options);
   bump_adam_versions(params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs);
 }
 
 void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                  const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                  const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& step_counts,
-                 const Tensor& lr, const AdamStepOptions& options) {
+                 const Tensor& lr, const AdamStepOptions& options, const Tensor& found_inf) {
   constexpr const char* kOp = "fused_adam_";
   if (!check_adam_call(kOp, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, options)) return;
   const Device device = params[0].device();
@@ -160,21 +170,22 @@ void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
   for (size_t i = 0; i < step_counts.size(); ++i)
     check_device_scalar(kOp, "step_counts[" + std::to_string(i) + "]", step_counts[i], kInt64, device);
   check_device_scalar(kOp, "lr", lr, kFloat64, device);
+  check_found_inf(kOp, found_inf, device);
   get_kernel<Op::fused_adam_>(device)(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, {}, step_counts,
-                                      lr, options);
+                                      lr, found_inf, options);
   bump_adam_versions(params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs);
   bump_versions(step_counts);
 }
 
 void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                 const std::vector<Tensor>& momentum_buffers, const SgdStepOptions& options) {
-  run_fused_sgd(params, grads, momentum_buffers, nullptr, options);
+  run_fused_sgd(params, grads, momentum_buffers, nullptr, Tensor(), options);
 }
 
 void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                const std::vector<Tensor>& momentum_buffers, const Tensor& lr,
-                const SgdStepOptions& options) {
-  run_fused_sgd(params, grads, momentum_buffers, &lr, options);
+                const std::vector<Tensor>& momentum_buffers, const Tensor& lr, const SgdStepOptions& options,
+                const Tensor& found_inf) {
+  run_fused_sgd(params, grads, momentum_buffers, &lr, found_inf, options);
 }
 
 Tensor foreach_norm_reduce(const std::vector<Tensor>& tensors, double norm_type, Device device) {

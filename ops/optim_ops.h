@@ -41,12 +41,14 @@ void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
 // graph (core/cuda_graph.h) uses the counts and lr of each replay. step_counts[i]: a 0-dim int64
 // on params[i]'s device, incremented by the call before use (so >= 0 before it); lr: a 0-dim
 // float64 on the parameters' device, read in place of options.lr (so its value is not checked).
-// Nothing is read back to the host. Throws as above, and for a step count or lr of another dtype, shape or
-// device.
+// found_inf, when defined (GradScaler's flag: float32 [1] on the parameters' device), is read
+// when the step runs: nonzero skips the whole step, step counts included (torch's fused Adam
+// with found_inf). Nothing is read back to the host. Throws as above, and for a step count, lr
+// or found_inf of another dtype, shape or device.
 void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                  const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                  const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& step_counts,
-                 const Tensor& lr, const AdamStepOptions& options);
+                 const Tensor& lr, const AdamStepOptions& options, const Tensor& found_inf = Tensor());
 
 // One SGD step, in place (torch.optim.SGD; nn/optim/sgd.h has the formula). momentum_buffers
 // is empty when options.momentum == 0; with options.first_step, each buffer is set to the
@@ -56,9 +58,10 @@ void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
 void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                 const std::vector<Tensor>& momentum_buffers, const SgdStepOptions& options);
 // The same with the learning rate read from lr (a 0-dim float64 on the parameters' device) when
-// the step runs, in place of options.lr: the capturable form.
+// the step runs, in place of options.lr: the capturable form. found_inf as for fused_adam_.
 void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                const std::vector<Tensor>& momentum_buffers, const Tensor& lr, const SgdStepOptions& options);
+                const std::vector<Tensor>& momentum_buffers, const Tensor& lr, const SgdStepOptions& options,
+                const Tensor& found_inf = Tensor());
 
 // The sum over every element x of every tensor of |x|^norm_type (x * x for 2, |x| for 1), or
 // max |x| for norm_type = infinity (NaN when any x is NaN), accumulated in float64: a float64

@@ -1,8 +1,10 @@
 /*
  * GradScaler (see grad_scaler.h). The state machine per optimizer (ready -> unscaled ->
- * stepped -> ready at update) and the scale update follow torch 1.13's
- * torch/cuda/amp/grad_scaler.py and _amp_update_scale_ exactly, so that a run resumed from a
+ * stepped -> ready at update) and the scale update follow torch's
+ * torch/amp/grad_scaler.py and _amp_update_scale_ exactly, so that a run resumed from a
  * torch checkpoint or compared with one sees the same sequence of scales and skipped steps.
+ * The state machine runs on the host (once, when a step is captured); the scale, the growth
+ * tracker and the inf/NaN flags are tensors on the scale's device.
  *
  * unscale_ is one pass over all gradients of the optimizer per device, amp_unscale_and_check_
  * (ops/amp_ops.h, torch's _amp_foreach_non_finite_check_and_unscale_): each value is read once
@@ -13,8 +15,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
+#include "core/cuda_graph.h"
 #include "core/grad_mode.h"
 #include "ops/ops.h"
 
@@ -27,7 +31,9 @@ void check_factors(double growth_factor, double backoff_factor, int64_t growth_i
              "GradScaler: growth_factor must be a finite number > 1.0, got ", growth_factor);
   LOOM_CHECK(backoff_factor > 0.0 && backoff_factor < 1.0,
              "GradScaler: backoff_factor must be in (0, 1), got ", backoff_factor);
-  LOOM_CHECK(growth_interval >= 1, "GradScaler: growth_interval must be >= 1, got ", growth_interval);
+  // The tracker is an int32 on the device, as torch's.
+  LOOM_CHECK(growth_interval >= 1 && growth_interval <= std::numeric_limits<int32_t>::max(),
+             "GradScaler: growth_interval must be in [1, 2^31 - 1], got ", growth_interval);
 }
 
 void check_scale(double scale, std::string_view what) {
@@ -35,13 +41,27 @@ void check_scale(double scale, std::string_view what) {
              " must be positive and finite in float32, got ", scale);
 }
 
+// `t` on `device`: itself, or a copy there (ordered on the stream after what wrote it).
+Tensor on(const Tensor& t, Device device) {
+  return t.device() == device ? t : t.to(device);
+}
+
 }  // namespace
 
 GradScaler::GradScaler(GradScalerOptions options)
-    : options_(options), scale_(static_cast<float>(options.init_scale)) {
+    : options_(options), host_scale_(static_cast<float>(options.init_scale)) {
   if (!options_.enabled) return;  // torch checks nothing for a disabled scaler either
   check_scale(options_.init_scale, "init_scale");
   check_factors(options_.growth_factor, options_.backoff_factor, options_.growth_interval);
+}
+
+void GradScaler::place_state(Device device) {
+  // Made inside a capture, the state would be made afresh by every replay, which would forget
+  // what the replays before had learnt.
+  LOOM_CHECK(!cuda::current_stream_capturing(), "GradScaler.scale: the scale does not exist on ", device,
+             " yet; run a step before capturing the loop into a CUDA graph (warm-up)");
+  scale_ = full({1}, host_scale_, TensorOptions(kFloat32).device(device));
+  growth_tracker_ = full({1}, host_growth_tracker_, TensorOptions(kInt32).device(device));
 }
 
 Tensor GradScaler::scale(const Tensor& loss) {
@@ -49,9 +69,10 @@ Tensor GradScaler::scale(const Tensor& loss) {
   LOOM_CHECK(loss.defined(), "GradScaler.scale: the loss is an undefined tensor");
   LOOM_CHECK(loss.is_floating_point(), "GradScaler.scale: expected a floating-point loss, got ",
              loss.dtype());
-  scale_used_ = true;
+  if (!scale_.defined()) place_state(loss.device());
   const bool reduced = loss.dtype() == kFloat16 || loss.dtype() == kBFloat16;
-  return mul(reduced ? loss.to(kFloat32) : loss, static_cast<double>(scale_));
+  // A 0-dim view, so that the product keeps the loss's shape.
+  return mul(reduced ? loss.to(kFloat32) : loss, on(scale_, loss.device()).reshape({}));
 }
 
 void GradScaler::unscale_(Optimizer& optimizer) {
@@ -61,7 +82,7 @@ void GradScaler::unscale_(Optimizer& optimizer) {
       state.stage != Stage::kUnscaled,
       "GradScaler.unscale_: unscale_() has already been called on this optimizer since the last update()");
   LOOM_CHECK(state.stage != Stage::kStepped, "GradScaler.unscale_: unscale_() is being called after step()");
-  LOOM_CHECK(scale_used_,
+  LOOM_CHECK(scale_.defined(),
              "GradScaler.unscale_: no scale() call came before it; the gradients were not scaled by this "
              "scaler (did the script forget scaler.scale(loss)?)");
 
@@ -94,22 +115,27 @@ void GradScaler::unscale_(Optimizer& optimizer) {
       it->second.push_back(values);
     }
   }
-  // torch's rounding: 1/scale computed in double, then rounded to float32.
-  const float inv_scale = static_cast<float>(1.0 / static_cast<double>(scale_));
-  bool found = false;
+  // torch's rounding: 1/scale computed in double, then rounded to float32; on the scale's
+  // device, so that a captured step divides by each replay's scale.
+  const Device home = scale_.device();
+  const Tensor inv_scale =
+      full({1}, 1.0, TensorOptions(kFloat64).device(home)).div(scale_.to(kFloat64)).to(kFloat32);
+  Tensor found_inf = zeros({1}, TensorOptions(kFloat32).device(home));
   for (auto& [device, values] : per_device) {
-    Tensor found_inf = zeros({1}, TensorOptions().dtype(kFloat32).device(device));
-    amp_unscale_and_check_(values, found_inf, inv_scale);
-    // Reading the flag waits for the unscale kernels of this device (a device-to-host copy on
-    // CUDA): step() must know now whether to skip, as torch's GradScaler.step does.
-    found = found || found_inf.item<float>() != 0.0f;
+    Tensor found_here = device == home ? found_inf : zeros({1}, TensorOptions(kFloat32).device(device));
+    amp_unscale_and_check_(values, found_here, on(inv_scale, device));
+    if (device != home) found_inf = found_inf.add(found_here.to(home));
   }
   for (auto& [grad, values] : write_back) grad.copy_(values);
   for (ParamGroup& group : optimizer.param_groups())
     for (Tensor& param : group.params)
       if (param.grad().defined() && param.grad().numel() > 0) param.grad().storage()->bump_version();
 
-  state.found_inf = found;
+  state.found_inf = found_inf;
+  // Reading the flag waits for the unscale kernels (a device-to-host copy on CUDA): an eager
+  // step() must know now whether to skip, as torch's GradScaler.step does. A captured one leaves
+  // the decision to the device.
+  if (!cuda::current_stream_capturing()) state.found_inf_on_host = found_inf.item<float>() != 0.0f;
   state.has_grads = any_grad;
   state.stage = Stage::kUnscaled;
 }
@@ -126,7 +152,17 @@ bool GradScaler::step(Optimizer& optimizer) {
   LOOM_CHECK(state.has_grads,
              "GradScaler.step: no inf checks were recorded for this optimizer: none of its parameters has a "
              "gradient (did backward run?)");
-  const bool stepped = !state.found_inf;
+  if (cuda::current_stream_capturing()) {
+    // A replay cannot ask the host whether to step: the optimizer's kernels read the flag.
+    LOOM_CHECK(
+        optimizer.can_skip_on_device(),
+        "GradScaler.step: inside a CUDA graph capture the optimizer must skip an inf/NaN step on "
+        "the device, which this optimizer cannot; construct SGD, Adam or AdamW with capturable = true");
+    optimizer.step_unless_found_inf(state.found_inf);
+    state.stage = Stage::kStepped;
+    return true;
+  }
+  const bool stepped = !state.found_inf_on_host;
   if (stepped) optimizer.step();
   state.stage = Stage::kStepped;
   return stepped;
@@ -136,30 +172,28 @@ void GradScaler::update(std::optional<double> new_scale) {
   if (!options_.enabled) return;
   if (new_scale) {
     check_scale(*new_scale, "new_scale");
-    scale_ = static_cast<float>(*new_scale);
+    if (scale_.defined())
+      scale_.fill_(static_cast<float>(*new_scale));
+    else
+      host_scale_ = static_cast<float>(*new_scale);
   } else {
-    bool any_checked = false, found_inf = false;
+    Tensor found_inf;  // the sum of every optimizer's flag
     for (const auto& [optimizer, state] : per_optimizer_) {
       if (state.stage == Stage::kReady || !state.has_grads) continue;
-      any_checked = true;
-      found_inf = found_inf || state.found_inf;
+      found_inf = found_inf.defined() ? found_inf.add(state.found_inf) : state.found_inf;
     }
-    LOOM_CHECK(any_checked,
+    LOOM_CHECK(found_inf.defined(),
                "GradScaler.update: no inf checks were recorded prior to update() (call step() or "
                "unscale_() on an optimizer with gradients first)");
-    // torch's _amp_update_scale_: the products are computed in double and stored in float32.
-    if (found_inf) {
-      scale_ = static_cast<float>(static_cast<double>(scale_) * options_.backoff_factor);
-      growth_tracker_ = 0;
-    } else if (growth_tracker_ + 1 == options_.growth_interval) {
-      const float grown = static_cast<float>(static_cast<double>(scale_) * options_.growth_factor);
-      if (std::isfinite(grown)) scale_ = grown;
-      growth_tracker_ = 0;
-    } else {
-      ++growth_tracker_;
-    }
+    amp_update_scale_(scale_, growth_tracker_, found_inf, options_.growth_factor, options_.backoff_factor,
+                      options_.growth_interval);
   }
   per_optimizer_.clear();
+}
+
+double GradScaler::get_scale() const {
+  if (!options_.enabled) return 1.0;
+  return scale_.defined() ? static_cast<double>(scale_.item<float>()) : static_cast<double>(host_scale_);
 }
 
 void GradScaler::set_growth_factor(double factor) {
@@ -179,11 +213,12 @@ void GradScaler::set_growth_interval(int64_t interval) {
 
 StateDict GradScaler::state_dict() const {
   if (!options_.enabled) return {};
-  return {{"scale", scalar_tensor(static_cast<double>(scale_), kFloat64)},
+  const int64_t tracker = growth_tracker_.defined() ? growth_tracker_.item<int32_t>() : host_growth_tracker_;
+  return {{"scale", scalar_tensor(get_scale(), kFloat64)},
           {"growth_factor", scalar_tensor(options_.growth_factor, kFloat64)},
           {"backoff_factor", scalar_tensor(options_.backoff_factor, kFloat64)},
           {"growth_interval", scalar_tensor(options_.growth_interval, kInt64)},
-          {"_growth_tracker", scalar_tensor(growth_tracker_, kInt64)}};
+          {"_growth_tracker", scalar_tensor(tracker, kInt64)}};
 }
 
 void GradScaler::load_state_dict(const StateDict& state) {
@@ -210,11 +245,16 @@ void GradScaler::load_state_dict(const StateDict& state) {
              "GradScaler.load_state_dict: expected "
              "'_growth_tracker' in [0, growth_interval = ",
              growth_interval, "), got ", growth_tracker);
-  scale_ = static_cast<float>(scale);
   options_.growth_factor = growth_factor;
   options_.backoff_factor = backoff_factor;
   options_.growth_interval = growth_interval;
-  growth_tracker_ = growth_tracker;
+  if (scale_.defined()) {
+    scale_.fill_(static_cast<float>(scale));
+    growth_tracker_.fill_(growth_tracker);
+  } else {
+    host_scale_ = static_cast<float>(scale);
+    host_growth_tracker_ = static_cast<int32_t>(growth_tracker);
+  }
 }
 
 }  // namespace loom::nn

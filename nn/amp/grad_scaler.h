@@ -24,6 +24,13 @@
  *
  * bfloat16 has float32's exponent range, so bf16 autocast needs no scaler; a disabled scaler
  * (enabled = false) turns every call into the plain step, so one loop serves both.
+ *
+ * As in torch, the scale lives on the device of the first loss scaled, as a tensor, and is
+ * updated there. So the whole loop body above can be captured into a CUDA graph
+ * (nn::GraphedStep): each replay scales by the scale the replay before left, and skips its own
+ * optimizer step on the device when a gradient is inf/NaN. Inside a capture, step() needs an
+ * optimizer built with capturable = true (SGD, Adam, AdamW), and nothing is read back to the
+ * host. Outside one, step() reads the inf/NaN flag back once per step to decide.
  */
 #pragma once
 
@@ -66,17 +73,23 @@ class GradScaler {
 
   // Unscales the gradients if unscale_ was not called, then runs optimizer.step() unless a
   // gradient was inf/NaN. Returns whether the optimizer stepped (disabled: always steps).
-  // Throws loom::Error if called twice before update() or if no parameter has a gradient.
+  // Inside a CUDA graph capture the decision belongs to each replay: the optimizer's step is
+  // captured with the flag (Optimizer::step_unless_found_inf), the device skips it, and step()
+  // returns true, meaning "captured"; get_scale() after a replay shows whether it backed off.
+  // Throws loom::Error if called twice before update() or if no parameter has a gradient, and,
+  // inside a capture, for an optimizer that cannot skip on the device (capturable = false).
   bool step(Optimizer& optimizer);
 
   // Adjusts the scale after the steps of this iteration: times backoff_factor if any optimizer
   // found an inf/NaN gradient; times growth_factor after growth_interval clean iterations in a
   // row. new_scale, when given, replaces the scale instead. Throws loom::Error if no unscale_ or
-  // step happened since the last update (there is nothing to base the update on).
+  // step happened since the last update (there is nothing to base the update on). The update is
+  // one kernel on the scale's device (amp_update_scale_); nothing is read back.
   void update(std::optional<double> new_scale = std::nullopt);
 
-  // The current scale (1.0 when disabled).
-  double get_scale() const { return options_.enabled ? static_cast<double>(scale_) : 1.0; }
+  // The current scale (1.0 when disabled). Reads it back from its device (waiting for the steps
+  // queued there), so it cannot be called inside a capture.
+  double get_scale() const;
   double get_growth_factor() const { return options_.growth_factor; }
   void set_growth_factor(double factor);
   double get_backoff_factor() const { return options_.backoff_factor; }
@@ -86,8 +99,8 @@ class GradScaler {
   bool is_enabled() const { return options_.enabled; }
 
   // "scale" (float64), "growth_factor" (float64), "backoff_factor" (float64), "growth_interval"
-  // (int64) and "_growth_tracker" (int64, clean steps since the last change): 0-dim tensors, the
-  // keys of torch's GradScaler.state_dict(). Empty when disabled.
+  // (int64) and "_growth_tracker" (int64, clean steps since the last change): 0-dim tensors on
+  // the CPU, the keys of torch's GradScaler.state_dict(). Empty when disabled.
   StateDict state_dict() const;
   // Restores what state_dict() returned. Ignored when disabled (as torch); throws loom::Error
   // naming the key when a key is missing, not a one-element tensor, or out of range, and changes
@@ -98,17 +111,24 @@ class GradScaler {
   enum class Stage { kReady, kUnscaled, kStepped };
   struct OptimizerState {
     Stage stage = Stage::kReady;
-    bool found_inf = false;
+    // Whether a gradient was inf/NaN: on the scale's device (float32 [1], nonzero for yes), and
+    // read back on the host outside a capture.
+    Tensor found_inf;
+    bool found_inf_on_host = false;
     bool has_grads = false;  // the unscale_ pass saw at least one gradient (torch: an inf check was recorded)
   };
 
   OptimizerState& state_of(const Optimizer& optimizer) { return per_optimizer_[&optimizer]; }
+  // Makes scale_ and growth_tracker_ on `device` from the host values (the first scale()).
+  void place_state(Device device);
 
   GradScalerOptions options_;
-  // float32, as torch keeps it: the same scale sequence and the same rounding of 1/scale.
-  float scale_;
-  int64_t growth_tracker_ = 0;
-  bool scale_used_ = false;  // scale() has been called: unscale_ before it is a mistake
+  // float32 and int32 tensors of one element, as torch keeps them (the same scale sequence and
+  // the same rounding of 1/scale), on the device of the first loss scaled; undefined before,
+  // when host_scale_ and host_growth_tracker_ stand for them.
+  Tensor scale_, growth_tracker_;
+  float host_scale_;
+  int32_t host_growth_tracker_ = 0;
   std::map<const Optimizer*, OptimizerState> per_optimizer_;
 };
 

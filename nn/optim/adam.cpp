@@ -151,8 +151,22 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
            options.capturable) {}
 
 void Adam::step() {
+  run_step(Tensor());
+}
+
+void Adam::step_unless_found_inf(const Tensor& found_inf) {
+  LOOM_CHECK(capturable_, name(),
+             ": step_unless_found_inf needs capturable = true (the step counts must live on the device to "
+             "be skipped there)");
+  LOOM_CHECK(found_inf.defined(), name(), ": step_unless_found_inf was given an undefined found_inf");
+  run_step(found_inf);
+}
+
+void Adam::run_step(const Tensor& found_inf) {
   const char* name = this->name();
   const bool capturing = cuda::current_stream_capturing();
+  // A step the device may skip must be one fused op per device: the per-op path would not skip.
+  const bool device_decides = capturing || found_inf.defined();
   // Each replay of a graph would reuse the captured step's bias corrections, which the step count
   // kept on the host decides (torch's Adam without capturable=True refuses the same way).
   LOOM_CHECK(
@@ -175,7 +189,7 @@ void Adam::step() {
       Tensor& p = groups[g].params[i];
       if (!p.grad().defined()) continue;
       const Tensor& grad = p.grad();
-      if (capturable_) check_capturable_layout(p, capturing, name, g, i);
+      if (capturable_) check_capturable_layout(p, device_decides, name, g, i);
       ParamState& state = state_of(p);
       Tensor& step = step_count(state, capturable_ ? p.device() : Device(kCPU), name, g, i);
 
@@ -200,7 +214,7 @@ void Adam::step() {
     for (const auto& [device, b] : batches) {
       if (capturable_)
         fused_adam_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, b.max_exp_avg_sqs, b.step_counts,
-                    device_lrs_.for_step(g, device, h.lr, name), h);
+                    device_lrs_.for_step(g, device, h.lr, name), h, optim_detail::flag_on(found_inf, device));
       else
         fused_adam_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, b.max_exp_avg_sqs, b.steps, h);
     }

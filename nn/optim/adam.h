@@ -58,7 +58,8 @@ struct AdamWOptions {
 // tensor that every eager step and hyperparameters_changed() (called by the LR schedules) keep
 // up to date; betas, eps and weight decay stay as the capture saw them. Capture after one eager
 // step (which makes the state); a captured step throws for missing state or a non-contiguous
-// parameter.
+// parameter. With capturable, step_unless_found_inf lets a GradScaler inside the capture skip
+// an inf/NaN step on the device.
 //
 // Contiguous parameters are updated by the fused_adam_ op (ops/optim_ops.h), once per group and
 // device: on the CPU one fused loop over all of them in one parallel range, on CUDA one launch
@@ -72,6 +73,8 @@ class Adam : public Optimizer {
   Adam(std::vector<Tensor> params, AdamOptions options = {});
 
   void step() override;
+  bool can_skip_on_device() const override { return capturable_; }
+  void step_unless_found_inf(const Tensor& found_inf) override;
   void hyperparameters_changed() override;
 
  protected:
@@ -80,6 +83,8 @@ class Adam : public Optimizer {
 
  private:
   const char* name() const { return decoupled_ ? "AdamW" : "Adam"; }
+  // step(), or with found_inf defined step_unless_found_inf().
+  void run_step(const Tensor& found_inf);
 
   bool decoupled_;  // AdamW's weight decay
   bool capturable_;

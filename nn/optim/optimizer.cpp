@@ -99,6 +99,12 @@ void Optimizer::add_param_group(ParamGroup group) {
   groups_.push_back(std::move(group));
 }
 
+void Optimizer::step_unless_found_inf(const Tensor&) {
+  LOOM_FAIL(
+      "Optimizer.step_unless_found_inf: this optimizer cannot skip a step on the device; SGD, Adam and AdamW "
+      "can when constructed with capturable = true");
+}
+
 void Optimizer::zero_grad(bool set_to_none) {
   NoGradGuard no_grad;
   for (ParamGroup& group : groups_) {

@@ -96,8 +96,21 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options)
     : SGD(std::vector<ParamGroup>{ParamGroup(std::move(params))}, options) {}
 
 void SGD::step() {
+  run_step(Tensor());
+}
+
+void SGD::step_unless_found_inf(const Tensor& found_inf) {
+  LOOM_CHECK(options_.capturable, kName,
+             ": step_unless_found_inf needs capturable = true (the lr it reads on the device comes with it)");
+  LOOM_CHECK(found_inf.defined(), kName, ": step_unless_found_inf was given an undefined found_inf");
+  run_step(found_inf);
+}
+
+void SGD::run_step(const Tensor& found_inf) {
   NoGradGuard no_grad;
   const bool capturing = cuda::current_stream_capturing();
+  // A step the device may skip must be one fused op per device: the per-op path would not skip.
+  const bool device_decides = capturing || found_inf.defined();
   std::vector<ParamGroup>& groups = param_groups();
   std::vector<SgdHyper> hypers;
   hypers.reserve(groups.size());
@@ -113,7 +126,7 @@ void SGD::step() {
       Tensor& p = groups[g].params[i];
       if (!p.grad().defined()) continue;
       const Tensor& grad = p.grad();
-      if (options_.capturable) check_capturable_layout(p, capturing, kName, g, i);
+      if (options_.capturable) check_capturable_layout(p, device_decides, kName, g, i);
       if (!fusable(p)) {
         ParamState scratch;
         sgd_by_ops(p, grad, h.momentum != 0 ? state_of(p) : scratch, h);
@@ -126,11 +139,11 @@ void SGD::step() {
         continue;
       }
       ParamState& state = state_of(p);
-      // A captured first step would start the momentum buffer again at every replay.
-      LOOM_CHECK(
-          state.contains(kBuffer) || !capturing, kName, ": the momentum buffer of parameter ", i,
-          " of group ", g,
-          " does not exist yet; run a step before capturing the optimizer into a CUDA graph (warm-up)");
+      // A captured first step would start the momentum buffer again at every replay; a skipped
+      // one would leave it unwritten while the host took it as started.
+      LOOM_CHECK(state.contains(kBuffer) || !device_decides, kName, ": the momentum buffer of parameter ", i,
+                 " of group ", g, " does not exist yet; run a plain step() first",
+                 capturing ? " (warm-up, before capturing the optimizer into a CUDA graph)" : "");
       SgdBatch& batch = pair[state.contains(kBuffer) ? 0 : 1];
       batch.params.push_back(p);
       batch.grads.push_back(grad.contiguous());
@@ -144,7 +157,7 @@ void SGD::step() {
         call.first_step = first == 1;
         const SgdBatch& b = pair[first];
         if (lr != nullptr)
-          fused_sgd_(b.params, b.grads, b.buffers, *lr, call);
+          fused_sgd_(b.params, b.grads, b.buffers, *lr, call, optim_detail::flag_on(found_inf, device));
         else
           fused_sgd_(b.params, b.grads, b.buffers, call);
       }

@@ -45,7 +45,8 @@ struct SGDOptions {
 // and hyperparameters_changed() (called by the LR schedules) keep up to date; momentum,
 // dampening and weight decay stay as the capture saw them. A captured step throws when a
 // momentum buffer or the lr tensor does not exist yet (run one step first), and, capturable,
-// for a non-contiguous parameter. Throws
+// for a non-contiguous parameter. With capturable, step_unless_found_inf lets a GradScaler
+// inside the capture skip an inf/NaN step on the device. Throws
 // loom::Error on construction for a missing or negative lr, negative momentum, dampening or
 // weight_decay, or nesterov without momentum > 0 and dampening 0 (and in step() when a group
 // has been edited into one of those), and in step() for a parameter whose dtype is not
@@ -56,11 +57,16 @@ class SGD : public Optimizer {
   SGD(std::vector<Tensor> params, SGDOptions options);
 
   void step() override;
+  bool can_skip_on_device() const override { return options_.capturable; }
+  void step_unless_found_inf(const Tensor& found_inf) override;
   void hyperparameters_changed() override;
 
   const SGDOptions& options() const { return options_; }
 
  private:
+  // step(), or with found_inf defined step_unless_found_inf().
+  void run_step(const Tensor& found_inf);
+
   SGDOptions options_;
   optim_detail::DeviceLrs device_lrs_;  // with options_.capturable
 };

@@ -82,6 +82,11 @@ Tensor& state_tensor(std::map<std::string, Tensor>& state, const std::string& na
   return t;
 }
 
+// GradScaler's found_inf (or nothing) on the device of one fused call.
+inline Tensor flag_on(const Tensor& found_inf, Device device) {
+  return !found_inf.defined() || found_inf.device() == device ? found_inf : found_inf.to(device);
+}
+
 // A captured step must run on the fused op (its scalars read on the device); the per-op path for
 // non-contiguous parameters would bake this step's values into the graph.
 inline void check_capturable_layout(const Tensor& p, bool capturing, std::string_view optimizer, size_t g,

@@ -6,6 +6,7 @@
  */
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -47,7 +48,8 @@ bool scale_range(const Tensor& t, int64_t begin, int64_t end, float inv_scale) {
 }
 
 void amp_unscale_and_check_kernel(const std::vector<Tensor>& values, const Tensor& found_inf,
-                                  float inv_scale) {
+                                  const Tensor& inv_scale_tensor) {
+  const float inv_scale = inv_scale_tensor.data_ptr<float>()[0];
   std::vector<int64_t> starts(values.size() + 1, 0);  // value i covers [starts[i], starts[i+1])
   for (size_t i = 0; i < values.size(); ++i) starts[i + 1] = starts[i] + values[i].numel();
   std::atomic<bool> found{false};
@@ -67,10 +69,28 @@ void amp_unscale_and_check_kernel(const std::vector<Tensor>& values, const Tenso
   if (found.load(std::memory_order_relaxed)) *found_inf.data_ptr<float>() = 1.0f;
 }
 
+// torch's _amp_update_scale_cpu_: the products in double, stored in float32.
+void amp_update_scale_kernel(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                             double growth_factor, double backoff_factor, int64_t growth_interval) {
+  float& current = scale.data_ptr<float>()[0];
+  int32_t& tracker = growth_tracker.data_ptr<int32_t>()[0];
+  if (found_inf.data_ptr<float>()[0] != 0.0f) {
+    current = static_cast<float>(static_cast<double>(current) * backoff_factor);
+    tracker = 0;
+  } else if (tracker + 1 == growth_interval) {
+    const float grown = static_cast<float>(static_cast<double>(current) * growth_factor);
+    if (std::isfinite(grown)) current = grown;
+    tracker = 0;
+  } else {
+    ++tracker;
+  }
+}
+
 }  // namespace
 
 void register_amp_kernels() {
   register_kernel<Op::amp_unscale_and_check_>(DeviceType::CPU, amp_unscale_and_check_kernel);
+  register_kernel<Op::amp_update_scale_>(DeviceType::CPU, amp_update_scale_kernel);
 }
 
 }  // namespace loom::cpu

@@ -116,14 +116,20 @@ void adam_loop(const AdamItem& item, const AdamStepOptions& h, int64_t begin, in
   }
 }
 
-// The step counts and lr of the capturable form live in CPU memory here: the kernel reads them
-// as it runs, like the CUDA one, and then takes the host path.
+// GradScaler's flag of the capturable forms: a nonzero found_inf skips the whole step.
+bool skipped(const Tensor& found_inf) {
+  return found_inf.defined() && found_inf.data_ptr<float>()[0] != 0.0f;
+}
+
+// The step counts, lr and found_inf of the capturable form live in CPU memory here: the kernel
+// reads them as it runs, like the CUDA one, and then takes the host path.
 void fused_adam_kernel(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                        const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                        const std::vector<Tensor>& max_exp_avg_sqs,
                        const std::vector<AdamStepFactors>& host_factors,
-                       const std::vector<Tensor>& step_counts, const Tensor& lr,
+                       const std::vector<Tensor>& step_counts, const Tensor& lr, const Tensor& found_inf,
                        const AdamStepOptions& host_options) {
+  if (skipped(found_inf)) return;
   AdamStepOptions options = host_options;
   if (lr.defined()) options.lr = lr.data_ptr<double>()[0];
   std::vector<AdamStepFactors> counted;
@@ -193,8 +199,9 @@ void sgd_loop(const Tensor& param, const Tensor& grad, const Tensor* buffer, con
 }
 
 void fused_sgd_kernel(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                      const std::vector<Tensor>& momentum_buffers, const Tensor& lr,
+                      const std::vector<Tensor>& momentum_buffers, const Tensor& lr, const Tensor& found_inf,
                       const SgdStepOptions& host_options) {
+  if (skipped(found_inf)) return;
   SgdStepOptions options = host_options;
   if (lr.defined()) options.lr = lr.data_ptr<double>()[0];  // the capturable form's, in CPU memory here
   unsigned terms = 0;

@@ -1,6 +1,9 @@
 /*
- * CUDA kernel of amp_unscale_and_check_ (GradScaler's fused pass; see ops/cuda/amp_launchers.h,
- * CPU twin in ops/cpu/amp_kernels.cpp): many tensors per launch, torch's multi_tensor_apply
+ * CUDA kernels of GradScaler's ops (see ops/cuda/amp_launchers.h, CPU twins in
+ * ops/cpu/amp_kernels.cpp). Both read the scale from device memory when they run, so a captured
+ * step with loss scaling uses each replay's scale.
+ *
+ * amp_unscale_and_check_ (the fused pass): many tensors per launch, torch's multi_tensor_apply
  * idea without its chunk table. blockIdx.y picks the tensor, and the blocks along x walk it in
  * a grid-stride loop, so a launch costs one kernel whatever the number of small gradients.
  * Each thread tests its values for inf/NaN by their exponent bits (as the CPU kernel: right
@@ -33,11 +36,11 @@ __device__ inline bool non_finite(double v) {
 // T the storage type; the product is taken in opmath (float for bfloat16; double times the
 // float inv_scale for double, as torch's opmath).
 template <class T>
-__global__ void amp_unscale_kernel(UnscaleList list, float* found_inf, float inv_scale) {
+__global__ void amp_unscale_kernel(UnscaleList list, float* found_inf, const float* inv_scale) {
   using A = opmath_t<T>;
   T* data = static_cast<T*>(list.data[blockIdx.y]);
   const int64_t numel = list.numel[blockIdx.y];
-  const A inv = static_cast<A>(inv_scale);
+  const A inv = static_cast<A>(*inv_scale);
   bool bad = false;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < numel;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -48,12 +51,27 @@ __global__ void amp_unscale_kernel(UnscaleList list, float* found_inf, float inv
   if (bad) atomicExch(reinterpret_cast<unsigned*>(found_inf), kOneFloatBits);
 }
 
+// One thread: torch's amp_update_scale_cuda_kernel, the products in double stored in float32.
+__global__ void amp_update_scale_kernel(float* scale, int* growth_tracker, const float* found_inf,
+                                        double growth_factor, double backoff_factor, int64_t growth_interval) {
+  if (*found_inf != 0.0f) {
+    *scale = static_cast<float>(static_cast<double>(*scale) * backoff_factor);
+    *growth_tracker = 0;
+  } else if (*growth_tracker + 1 == growth_interval) {
+    const float grown = static_cast<float>(static_cast<double>(*scale) * growth_factor);
+    if (!non_finite(grown)) *scale = grown;
+    *growth_tracker = 0;
+  } else {
+    ++*growth_tracker;
+  }
+}
+
 }  // namespace
 
 // ---- launchers -----------------------------------------------------------------------------
 
 cudaError_t launch_amp_unscale_and_check(const UnscaleList& list, int dtype, float* found_inf,
-                                         float inv_scale, cudaStream_t stream) {
+                                         const float* inv_scale, cudaStream_t stream) {
   if (list.count == 0) return cudaSuccess;
   int64_t longest = 0;
   for (int i = 0; i < list.count; ++i) longest = list.numel[i] > longest ? list.numel[i] : longest;
@@ -74,6 +92,14 @@ cudaError_t launch_amp_unscale_and_check(const UnscaleList& list, int dtype, flo
     default:
       return cudaErrorInvalidValue;
   }
+}
+
+cudaError_t launch_amp_update_scale(float* scale, int* growth_tracker, const float* found_inf,
+                                    double growth_factor, double backoff_factor, int64_t growth_interval,
+                                    cudaStream_t stream) {
+  const LaunchConfig config{1, 1, 0, stream, BlockThreads::kIndependent};
+  return launch<amp_update_scale_kernel>(config, scale, growth_tracker, found_inf, growth_factor, backoff_factor,
+                                         growth_interval);
 }
 
 }  // namespace loom::cuda

@@ -23,9 +23,15 @@ struct UnscaleList {
 };
 
 // Multiplies every value of the list's tensors (all of dtype `dtype`: float32, float64 or
-// bfloat16) by inv_scale in place; stores 1.0f into *found_inf (device memory) if any value was
-// inf or NaN before, and leaves it otherwise.
+// bfloat16) by *inv_scale in place; stores 1.0f into *found_inf if any value was inf or NaN
+// before, and leaves it otherwise. Both pointers in device memory.
 cudaError_t launch_amp_unscale_and_check(const UnscaleList& list, int dtype, float* found_inf,
-                                         float inv_scale, cudaStream_t stream);
+                                         const float* inv_scale, cudaStream_t stream);
+
+// One update of the loss scale from *found_inf (ops/amp_ops.h's amp_update_scale_), one thread;
+// every pointer in device memory.
+cudaError_t launch_amp_update_scale(float* scale, int* growth_tracker, const float* found_inf,
+                                    double growth_factor, double backoff_factor, int64_t growth_interval,
+                                    cudaStream_t stream);
 
 }  // namespace loom::cuda

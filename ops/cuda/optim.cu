@@ -24,8 +24,15 @@ namespace loom::cuda {
 
 namespace {
 
+// GradScaler's skipped step: every thread of every launch of the step reads the same flag, which
+// nothing in the step writes.
+__device__ inline bool step_skipped(const float* found_inf) {
+  return found_inf != nullptr && *found_inf != 0.0f;
+}
+
 template <class T>
 __global__ void fused_adam_kernel(AdamList list, AdamArgs h) {
+  if (step_skipped(h.found_inf)) return;
   const int k = blockIdx.y;
   T* p = static_cast<T*>(list.param[k]);
   const T* g = static_cast<const T*>(list.grad[k]);
@@ -70,12 +77,14 @@ __global__ void fused_adam_kernel(AdamList list, AdamArgs h) {
 
 // The capturable form's step counts, one thread each, in a launch of their own: every block of
 // the update that follows reads its tensor's count, so none may change it there.
-__global__ void increment_step_counts_kernel(AdamList list) {
+__global__ void increment_step_counts_kernel(AdamList list, const float* found_inf) {
+  if (step_skipped(found_inf)) return;
   if (static_cast<int>(threadIdx.x) < list.count) ++*list.step_count[threadIdx.x];
 }
 
 template <class T>
 __global__ void fused_sgd_kernel(SgdList list, SgdArgs h) {
+  if (step_skipped(h.found_inf)) return;
   const int k = blockIdx.y;
   T* p = static_cast<T*>(list.param[k]);
   const T* g = static_cast<const T*>(list.grad[k]);
@@ -173,7 +182,7 @@ cudaError_t launch_fused_adam(const AdamList& list, int dtype, const AdamArgs& a
   if (list.count == 0) return cudaSuccess;
   if (list.step_count[0] != nullptr) {
     const LaunchConfig counts{dim3(1), dim3(kMaxAdamTensors), 0, stream, BlockThreads::kIndependent};
-    if (const cudaError_t e = launch<increment_step_counts_kernel>(counts, list); e != cudaSuccess) return e;
+    if (const cudaError_t e = launch<increment_step_counts_kernel>(counts, list, args.found_inf); e != cudaSuccess) return e;
   }
   if (longest_of(list.numel, list.count) == 0) return cudaSuccess;
   const LaunchConfig config = per_tensor_config(list.numel, list.count, stream);

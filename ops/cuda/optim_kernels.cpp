@@ -37,18 +37,28 @@ void batch_by_dtype(const std::vector<Tensor>& tensors, DType dtype, int capacit
   if (count > 0) flush(count);
 }
 
-// A device lr for the kernel's arguments: its address, or null for the host's.
-const double* device_lr_of(const Tensor& lr) {
-  return lr.defined() ? lr.data_ptr<double>() : nullptr;
+// A device scalar for the kernel's arguments: its address, or null when there is none (the
+// host's lr; no found_inf).
+template <class T>
+const T* device_scalar(const Tensor& t) {
+  return t.defined() ? t.data_ptr<T>() : nullptr;
 }
 
 void fused_adam_kernel(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                        const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                        const std::vector<Tensor>& max_exp_avg_sqs,
                        const std::vector<AdamStepFactors>& factors, const std::vector<Tensor>& step_counts,
-                       const Tensor& lr, const AdamStepOptions& o) {
-  const AdamArgs args{o.lr,        o.beta1,   o.beta2,    o.eps,           o.weight_decay,
-                      o.decoupled, o.amsgrad, o.maximize, device_lr_of(lr)};
+                       const Tensor& lr, const Tensor& found_inf, const AdamStepOptions& o) {
+  const AdamArgs args{o.lr,
+                      o.beta1,
+                      o.beta2,
+                      o.eps,
+                      o.weight_decay,
+                      o.decoupled,
+                      o.amsgrad,
+                      o.maximize,
+                      device_scalar<double>(lr),
+                      device_scalar<float>(found_inf)};
   const bool counted = !step_counts.empty();
   for (DType dtype : kStepDTypes) {
     AdamList list;
@@ -78,10 +88,17 @@ void fused_adam_kernel(const std::vector<Tensor>& params, const std::vector<Tens
 }
 
 void fused_sgd_kernel(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                      const std::vector<Tensor>& momentum_buffers, const Tensor& lr,
+                      const std::vector<Tensor>& momentum_buffers, const Tensor& lr, const Tensor& found_inf,
                       const SgdStepOptions& o) {
-  const SgdArgs args{o.lr,       o.momentum, o.dampening,  o.weight_decay,
-                     o.nesterov, o.maximize, o.first_step, device_lr_of(lr)};
+  const SgdArgs args{o.lr,
+                     o.momentum,
+                     o.dampening,
+                     o.weight_decay,
+                     o.nesterov,
+                     o.maximize,
+                     o.first_step,
+                     device_scalar<double>(lr),
+                     device_scalar<float>(found_inf)};
   for (DType dtype : kStepDTypes) {
     SgdList list;
     batch_by_dtype(

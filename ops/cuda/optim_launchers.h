@@ -37,6 +37,7 @@ struct AdamArgs {
   double lr, beta1, beta2, eps, weight_decay;
   bool decoupled, amsgrad, maximize;
   const double* device_lr;  // read by the kernel in place of lr when not null (the capturable form)
+  const float* found_inf;   // GradScaler's flag when not null: nonzero skips the step, counts included
 };
 
 // One Adam/AdamW step over the list's tensors (all float32 or all float64: `dtype`), in place;
@@ -59,6 +60,7 @@ struct SgdArgs {
   double lr, momentum, dampening, weight_decay;
   bool nesterov, maximize, first_step;
   const double* device_lr;  // read by the kernel in place of lr when not null (the capturable form)
+  const float* found_inf;   // GradScaler's flag when not null: nonzero skips the step
 };
 
 // One SGD step over the list's tensors, in place; the formula of nn/optim/sgd.h.

@@ -244,7 +244,8 @@ ParseOutcome parse_options(int argc, const char* const* argv) {
       "--cuda-graph", o.cuda_graph,
       "--device cuda: capture the training step (forward, backward, clipping, optimizer) into a CUDA "
       "graph after 2 eager steps and replay it, one launch per step; an epoch's short last batch runs "
-      "eagerly; dropout draws fresh masks at every replay. One process, --grad-accum 1, --amp none or bf16");
+      "eagerly; dropout draws fresh masks at every replay; with --amp fp16 each replay skips an inf/NaN step "
+      "and backs the loss scale off on the GPU. One process, --grad-accum 1");
   app.add_option("--trace", o.trace,
                  "Write a Chrome trace (chrome://tracing, Perfetto) of the run to this file; with --pp, "
                  "also the pipeline's micro-batches on every rank to FILE's name + .pipeline.json");
@@ -386,8 +387,9 @@ void validate_device(const TrainOptions& o) {
   if (!o.teacher.empty()) fail("--device cuda: --teacher is not available on the GPU yet; use --device cpu");
 }
 
-// Work across processes and a host decision per step (fp16's overflow check, accumulation's
-// micro-batch count) cannot be captured. Dropout can: each replay draws its own masks.
+// Work across processes and a host decision per step (accumulation's micro-batch count) cannot
+// be captured. Dropout can (each replay draws its own masks), and so can fp16's overflow check
+// (each replay skips its own step on the device).
 void validate_cuda_graph(const TrainOptions& o) {
   if (!o.cuda_graph) return;
   if (o.device != DeviceKind::kCuda) fail("--cuda-graph needs --device cuda");
@@ -398,10 +400,6 @@ void validate_cuda_graph(const TrainOptions& o) {
   if (o.grad_accum != 1)
     fail("--cuda-graph with --grad-accum " + std::to_string(o.grad_accum) +
          ": a captured step is one batch; use --grad-accum 1 and a larger --batch");
-  if (o.amp == AmpMode::kFp16)
-    fail(
-        "--cuda-graph with --amp fp16: the loss scaler decides on the host whether to skip each step; use "
-        "--amp bf16");
 }
 
 void validate_parallelism(const TrainOptions& o) {

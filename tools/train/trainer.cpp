@@ -222,10 +222,11 @@ void Trainer::make_model() {
   if (o_.cuda_graph) make_graphed_step();
 }
 
-// --cuda-graph (validated: one process, one batch a step, no loss scaling): the whole
-// step as one function of the batch, which nn::GraphedStep runs eagerly twice, then captures and
-// replays. The optimizer is capturable (model_setup.cpp), so the schedule, stepped between
-// replays in after_step, reaches the replayed steps.
+// --cuda-graph (validated: one process, one batch a step): the whole step as one function of
+// the batch, which nn::GraphedStep runs eagerly twice, then captures and replays. The optimizer
+// is capturable (model_setup.cpp), so the schedule, stepped between replays in after_step,
+// reaches the replayed steps, and with --amp fp16 the loss scaler's skip of an inf/NaN step is
+// decided on the device at each replay.
 void Trainer::make_graphed_step() {
   graphed_.emplace(device_,
                    [this](const Tensor& input, const Tensor& target) { return whole_step(input, target); });
@@ -238,9 +239,13 @@ Tensor Trainer::whole_step(const Tensor& input, const Tensor& target) {
     AutocastGuard autocast(device_.type(), amp_, amp_.has_value());
     loss = loss_of((*trained_)(input), target, d_.tokens);
   }
-  loss.backward();
-  if (o_.clip > 0) nn::clip_grad_norm_on_device_(job_.local().parameters(), o_.clip);
-  optimizer_->step();
+  scaler_->scale(loss).backward();  // a disabled scaler (no --amp fp16) returns the loss itself
+  if (o_.clip > 0) {
+    scaler_->unscale_(*optimizer_);  // clip the true gradients, not the scaled ones
+    nn::clip_grad_norm_on_device_(job_.local().parameters(), o_.clip);
+  }
+  scaler_->step(*optimizer_);
+  scaler_->update();
   return loss;
 }
 
