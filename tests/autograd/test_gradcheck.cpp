@@ -39,6 +39,7 @@ const std::map<Op, const char*> kNonDifferentiable = {
     {Op::logical_and, "bool output"},
     {Op::logical_or, "bool output"},
     {Op::amp_unscale_and_check_, "GradScaler's in-place pass over the gradients, outside the graph"},
+    {Op::amp_update_scale_, "GradScaler's in-place update of its scale, outside the graph"},
     {Op::flash_attention_backward,
      "the fused attention's backward; a second derivative goes through the "
      "written-out attention (its call refuses create_graph)"},

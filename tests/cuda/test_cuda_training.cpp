@@ -439,8 +439,8 @@ TEST_CASE("training: train --device cuda stopped mid-epoch and resumed ends bit-
 }
 
 TEST_CASE(
-    "training: train --device cuda --cuda-graph follows the eager CUDA run, schedule, clipping and dropout "
-    "included") {
+    "training: train --device cuda --cuda-graph follows the eager CUDA run, schedule, clipping, dropout and "
+    "fp16 loss scaling included") {
   LOOM_REQUIRE_GPU();
   test::ScratchDir scratch("cuda_graph_train");
   const fs::path& dir = scratch.path();
@@ -451,8 +451,10 @@ TEST_CASE(
   };
   // AdamW (capturable SGD under a schedule: tests/cuda/test_cuda_graph_optim.cpp).
   for (const Case& c : {Case{train::ModelKind::kMlp, train::AmpMode::kOff},
+                        Case{train::ModelKind::kMlp, train::AmpMode::kFp16},
                         Case{train::ModelKind::kGpt, train::AmpMode::kBf16}}) {
-    const std::string name(train::to_string(c.model));
+    const std::string name =
+        std::string(train::to_string(c.model)) + "_" + std::string(train::to_string(c.amp));
     CAPTURE(name);
     auto options = [&](bool graph, const std::string& run_name) {
       train::TrainOptions o;

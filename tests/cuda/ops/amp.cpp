@@ -1,8 +1,10 @@
 /*
- * amp_unscale_and_check_ (GradScaler's fused pass) on CUDA against the CPU kernel: float32,
- * float64 and bfloat16 values; inf and NaN at the first, a middle and the last position; more
- * tensors than one launch takes (64) and empty ones; found_inf left alone when every value is
- * finite. GradScaler itself on CUDA: tests/cuda/test_cuda_grad_scaler.cpp.
+ * GradScaler's ops on CUDA against the CPU kernels. amp_unscale_and_check_ (the fused pass):
+ * float32, float64 and bfloat16 values; inf and NaN at the first, a middle and the last
+ * position; more tensors than one launch takes (64) and empty ones; found_inf left alone when
+ * every value is finite; inv_scale from a device tensor. amp_update_scale_: a sequence of clean
+ * and overflowing steps against values worked out by hand, growth past float32's range
+ * refused. GradScaler itself on CUDA: tests/cuda/test_cuda_grad_scaler.cpp.
  */
 #include <cmath>
 #include <limits>
@@ -16,6 +18,7 @@ namespace {
 using test::pat;
 
 LOOM_CUDA_COVERS(Op::amp_unscale_and_check_);
+LOOM_CUDA_COVERS(Op::amp_update_scale_);
 
 const Device kGpu = Device::cuda(0);
 
@@ -89,6 +92,67 @@ TEST_CASE("amp: amp_unscale_and_check_ refuses what it cannot scale, naming the 
                     doctest::Contains("not contiguous"));
   CHECK_THROWS_WITH(amp_unscale_and_check_({ones({4}, kGpu)}, zeros({2}, kGpu), 1.0f),
                     doctest::Contains("found_inf must be a float32 tensor of one element"));
+}
+
+TEST_CASE("amp: amp_unscale_and_check_ reads inv_scale from a device tensor") {
+  LOOM_REQUIRE_GPU();
+  const float inv_scale = 0.125f;
+  std::vector<Tensor> by_value = to_device(gradients(5, kFloat32, 0.9), kGpu);
+  std::vector<Tensor> by_tensor = to_device(gradients(5, kFloat32, 0.9), kGpu);
+  Tensor flag_a = zeros({1}, kGpu), flag_b = zeros({1}, kGpu);
+  amp_unscale_and_check_(by_value, flag_a, inv_scale);
+  amp_unscale_and_check_(by_tensor, flag_b, full({1}, inv_scale, kGpu));
+  for (size_t i = 0; i < by_value.size(); ++i) CHECK(equal(by_value[i].to(kCPU), by_tensor[i].to(kCPU)));
+  CHECK_THROWS_WITH(amp_unscale_and_check_(by_tensor, flag_b, full({1}, inv_scale)),
+                    doctest::Contains("inv_scale is on cpu"));
+  CHECK_THROWS_WITH(
+      amp_unscale_and_check_(by_tensor, flag_b, full({1}, 0.5, TensorOptions(kFloat64).device(kGpu))),
+      doctest::Contains("inv_scale must be a float32 tensor of one element"));
+}
+
+TEST_CASE("amp: amp_update_scale_ backs off, counts and grows as torch, on both backends") {
+  LOOM_REQUIRE_GPU();
+  // growth_interval 3, growth 2, backoff 0.25, from 1024: by hand, step by step.
+  struct Step {
+    float found_inf;
+    float scale;
+    int32_t tracker;
+  };
+  const Step steps[] = {{0, 1024, 1}, {0, 1024, 2}, {0, 2048, 0}, {1, 512, 0}, {0, 512, 1},
+                        {1, 128, 0},  {0, 128, 1},  {0, 128, 2},  {0, 256, 0}, {2, 64, 0}};
+  for (Device device : {Device(kCPU), kGpu}) {
+    CAPTURE(device);
+    Tensor scale = full({1}, 1024.0f, TensorOptions(kFloat32).device(device));
+    Tensor tracker = zeros({1}, TensorOptions(kInt32).device(device));
+    for (const Step& step : steps) {
+      CAPTURE(step.found_inf);
+      amp_update_scale_(scale, tracker, full({1}, step.found_inf, TensorOptions(kFloat32).device(device)),
+                        2.0, 0.25, 3);
+      CHECK(scale.to(kCPU).item<float>() == step.scale);
+      CHECK(tracker.to(kCPU).item<int32_t>() == step.tracker);
+    }
+    // A growth past float32's largest value keeps the scale and restarts the count.
+    scale.fill_(std::numeric_limits<float>::max() / 1.5f);
+    tracker.fill_(2);
+    amp_update_scale_(scale, tracker, zeros({1}, TensorOptions(kFloat32).device(device)), 2.0, 0.5, 3);
+    CHECK(scale.to(kCPU).item<float>() == std::numeric_limits<float>::max() / 1.5f);
+    CHECK(tracker.to(kCPU).item<int32_t>() == 0);
+  }
+}
+
+TEST_CASE("amp: amp_update_scale_ refuses a tensor of another dtype or device, naming it") {
+  LOOM_REQUIRE_GPU();
+  Tensor scale = ones({1}, kGpu), tracker = zeros({1}, TensorOptions(kInt32).device(kGpu)),
+         flag = zeros({1}, kGpu);
+  CHECK_THROWS_WITH(
+      amp_update_scale_(scale, zeros({1}, TensorOptions(kInt64).device(kGpu)), flag, 2.0, 0.5, 10),
+      doctest::Contains("growth_tracker must be a int32 tensor of one element"));
+  CHECK_THROWS_WITH(amp_update_scale_(scale, tracker, zeros({1}), 2.0, 0.5, 10),
+                    doctest::Contains("found_inf is on cpu but the call runs on cuda:0"));
+  CHECK_THROWS_WITH(amp_update_scale_(scale, tracker, flag, 1.0, 0.5, 10),
+                    doctest::Contains("growth_factor must be a finite number > 1"));
+  CHECK_THROWS_WITH(amp_update_scale_(scale, tracker, flag, 2.0, 0.5, 0),
+                    doctest::Contains("growth_interval must be >= 1"));
 }
 
 }  // namespace
