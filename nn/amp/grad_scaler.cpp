@@ -148,16 +148,18 @@ bool GradScaler::step(Optimizer& optimizer) {
   OptimizerState& state = state_of(optimizer);
   LOOM_CHECK(state.stage != Stage::kStepped,
              "GradScaler.step: step() has already been called since the last update()");
+  // A replay cannot ask the host whether to step: the optimizer's kernels must read the flag.
+  // Checked before step() unscales anything itself.
+  const bool capturing = cuda::current_stream_capturing();
+  LOOM_CHECK(
+      !capturing || optimizer.can_skip_on_device(),
+      "GradScaler.step: inside a CUDA graph capture the optimizer must skip an inf/NaN step on the device, "
+      "which this optimizer cannot; construct SGD, Adam or AdamW with capturable = true");
   if (state.stage == Stage::kReady) unscale_(optimizer);
   LOOM_CHECK(state.has_grads,
              "GradScaler.step: no inf checks were recorded for this optimizer: none of its parameters has a "
              "gradient (did backward run?)");
-  if (cuda::current_stream_capturing()) {
-    // A replay cannot ask the host whether to step: the optimizer's kernels read the flag.
-    LOOM_CHECK(
-        optimizer.can_skip_on_device(),
-        "GradScaler.step: inside a CUDA graph capture the optimizer must skip an inf/NaN step on "
-        "the device, which this optimizer cannot; construct SGD, Adam or AdamW with capturable = true");
+  if (capturing) {
     optimizer.step_unless_found_inf(state.found_inf);
     state.stage = Stage::kStepped;
     return true;

@@ -49,8 +49,8 @@ class Optimizer {
   // step(), skipped whole on the device (parameters, state and step counts untouched) when
   // found_inf, a float32 tensor of one element, is not 0 when the step runs: GradScaler's route
   // inside a CUDA graph capture, where the host cannot read the flag (torch's fused optimizers
-  // with found_inf). Nothing is read back. Throws loom::Error unless can_skip_on_device(), or for a
-  // parameter whose state the skipped step would have to start (run a plain step() first).
+  // with found_inf). Nothing is read back. Throws loom::Error unless can_skip_on_device(); SGD
+  // also for a momentum buffer that this step would start (run a plain step() first).
   virtual void step_unless_found_inf(const Tensor& found_inf);
   // Drops (set_to_none) or zeroes the gradients of every parameter of every group.
   void zero_grad(bool set_to_none = true);

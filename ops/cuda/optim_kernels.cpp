@@ -49,16 +49,16 @@ void fused_adam_kernel(const std::vector<Tensor>& params, const std::vector<Tens
                        const std::vector<Tensor>& max_exp_avg_sqs,
                        const std::vector<AdamStepFactors>& factors, const std::vector<Tensor>& step_counts,
                        const Tensor& lr, const Tensor& found_inf, const AdamStepOptions& o) {
-  const AdamArgs args{o.lr,
-                      o.beta1,
-                      o.beta2,
-                      o.eps,
-                      o.weight_decay,
-                      o.decoupled,
-                      o.amsgrad,
-                      o.maximize,
-                      device_scalar<double>(lr),
-                      device_scalar<float>(found_inf)};
+  const AdamArgs args{.lr = o.lr,
+                      .beta1 = o.beta1,
+                      .beta2 = o.beta2,
+                      .eps = o.eps,
+                      .weight_decay = o.weight_decay,
+                      .decoupled = o.decoupled,
+                      .amsgrad = o.amsgrad,
+                      .maximize = o.maximize,
+                      .device_lr = device_scalar<double>(lr),
+                      .found_inf = device_scalar<float>(found_inf)};
   const bool counted = !step_counts.empty();
   for (DType dtype : kStepDTypes) {
     AdamList list;
@@ -90,15 +90,15 @@ void fused_adam_kernel(const std::vector<Tensor>& params, const std::vector<Tens
 void fused_sgd_kernel(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                       const std::vector<Tensor>& momentum_buffers, const Tensor& lr, const Tensor& found_inf,
                       const SgdStepOptions& o) {
-  const SgdArgs args{o.lr,
-                     o.momentum,
-                     o.dampening,
-                     o.weight_decay,
-                     o.nesterov,
-                     o.maximize,
-                     o.first_step,
-                     device_scalar<double>(lr),
-                     device_scalar<float>(found_inf)};
+  const SgdArgs args{.lr = o.lr,
+                     .momentum = o.momentum,
+                     .dampening = o.dampening,
+                     .weight_decay = o.weight_decay,
+                     .nesterov = o.nesterov,
+                     .maximize = o.maximize,
+                     .first_step = o.first_step,
+                     .device_lr = device_scalar<double>(lr),
+                     .found_inf = device_scalar<float>(found_inf)};
   for (DType dtype : kStepDTypes) {
     SgdList list;
     batch_by_dtype(

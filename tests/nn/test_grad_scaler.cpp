@@ -9,10 +9,12 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "autograd/autograd.h"
 #include "nn/amp/amp.h"
+#include "nn/optim/optim.h"
 #include "tests/test_util.h"
 
 namespace loom::test {
@@ -293,6 +295,49 @@ TEST_CASE("grad_scaler/scale multiplies in float32 or wider and rejects bad opti
   p.mutable_grad() = ones({2}, kFloat16);
   TestSgd opt({p}, 0.1);
   CHECK_THROWS_WITH_AS(scaler.unscale_(opt), doctest::Contains("float16 gradients"), Error);
+}
+
+// step_unless_found_inf, what GradScaler calls inside a CUDA graph capture, run eagerly on the
+// CPU: a set flag leaves every parameter and state as it was; a clear one is step().
+TEST_CASE("GradScaler: capturable optimizers skip on a device flag exactly when step() would be skipped") {
+  auto run = [](bool adamw, float flag) {
+    Tensor w = param({0.5, -1.0, 2.0});
+    std::unique_ptr<nn::Optimizer> opt;
+    if (adamw)
+      opt = std::make_unique<nn::AdamW>(std::vector<Tensor>{w},
+                                        nn::AdamWOptions{.lr = 0.1, .capturable = true});
+    else
+      opt = std::make_unique<nn::SGD>(std::vector<Tensor>{w},
+                                      nn::SGDOptions{.lr = 0.1, .momentum = 0.9, .capturable = true});
+    CHECK(opt->can_skip_on_device());
+    for (int step = 0; step < 3; ++step) {
+      w.mutable_grad() = make({1.0, 2.0, -3.0 + step}, {3}, kFloat32);
+      if (step == 0)
+        opt->step();  // SGD's momentum buffer starts here
+      else
+        opt->step_unless_found_inf(full({1}, flag));
+    }
+    return w.detach().clone();
+  };
+  for (bool adamw : {true, false}) {
+    CAPTURE(adamw);
+    const Tensor skipped = run(adamw, 1.0f), stepped = run(adamw, 0.0f);
+    // Skipped twice, so only the first, plain step moved it; stepping moved it further.
+    CHECK_FALSE(equal(skipped, stepped));
+    CHECK_FALSE(equal(skipped, make({0.5, -1.0, 2.0}, {3}, kFloat32)));
+    if (!adamw) CHECK(allclose(skipped, make({0.4, -1.2, 2.3}, {3}, kFloat32)));  // w - lr * grad, by hand
+  }
+  // SGD cannot skip a step that would start its momentum buffer, and a plain SGD cannot skip.
+  Tensor w = param({1.0});
+  w.mutable_grad() = ones({1});
+  nn::SGD fresh({w}, {.lr = 0.1, .momentum = 0.9, .capturable = true});
+  CHECK_THROWS_WITH_AS(fresh.step_unless_found_inf(zeros({1})),
+                       doctest::Contains("momentum buffer of parameter 0 of group 0 does not exist yet"),
+                       Error);
+  nn::SGD plain({w}, {.lr = 0.1});
+  CHECK_FALSE(plain.can_skip_on_device());
+  CHECK_THROWS_WITH_AS(plain.step_unless_found_inf(zeros({1})), doctest::Contains("needs capturable = true"),
+                       Error);
 }
 
 }  // namespace loom::test

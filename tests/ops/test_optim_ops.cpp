@@ -167,6 +167,52 @@ TEST_CASE(
                        doctest::Contains("fused_sgd_: lr is an undefined tensor"), Error);
 }
 
+TEST_CASE("fused_adam_ and fused_sgd_: a nonzero found_inf skips the whole step, counts included") {
+  auto fresh = [](double seed) { return std::vector<Tensor>{pat({5}, seed), pat({2, 2}, seed + 0.1)}; };
+  auto clones = [](const std::vector<Tensor>& ts) {
+    std::vector<Tensor> out;
+    for (const Tensor& t : ts) out.push_back(t.clone());
+    return out;
+  };
+  AdamStepOptions adam;
+  adam.beta1 = 0.9, adam.beta2 = 0.99, adam.eps = 1e-8;
+  std::vector<Tensor> p = fresh(0.3), m = fresh(0.6), v = fresh(0.7);
+  for (Tensor& t : v) t = t.abs();
+  const std::vector<Tensor> p0 = clones(p), m0 = clones(m), v0 = clones(v);
+  const std::vector<Tensor> counts{full({}, 2, kInt64), full({}, 7, kInt64)};
+  const Tensor lr = full({}, 0.05, kFloat64);
+  fused_adam_(p, fresh(1.1), m, v, {}, counts, lr, adam, full({1}, 1.0f));
+  for (size_t k = 0; k < p.size(); ++k) {
+    CAPTURE(k);
+    CHECK(equal(p[k], p0[k]));
+    CHECK(equal(m[k], m0[k]));
+    CHECK(equal(v[k], v0[k]));
+  }
+  CHECK(counts[0].item<int64_t>() == 2);
+  CHECK(counts[1].item<int64_t>() == 7);
+  // A zero flag is the step without one.
+  std::vector<Tensor> p_flag = clones(p), m_flag = clones(m), v_flag = clones(v);
+  const std::vector<Tensor> counts_flag{full({}, 2, kInt64), full({}, 7, kInt64)};
+  fused_adam_(p, fresh(1.1), m, v, {}, counts, lr, adam);
+  fused_adam_(p_flag, fresh(1.1), m_flag, v_flag, {}, counts_flag, lr, adam, zeros({1}));
+  for (size_t k = 0; k < p.size(); ++k) CHECK(equal(p_flag[k], p[k]));
+  CHECK(counts_flag[1].item<int64_t>() == 8);
+
+  SgdStepOptions sgd;
+  sgd.momentum = 0.9;
+  std::vector<Tensor> q = fresh(0.4), buf = fresh(0.8);
+  const std::vector<Tensor> q0 = clones(q), buf0 = clones(buf);
+  fused_sgd_(q, fresh(2.2), buf, lr, sgd, full({1}, 1.0f));
+  for (size_t k = 0; k < q.size(); ++k) CHECK((equal(q[k], q0[k]) && equal(buf[k], buf0[k])));
+  fused_sgd_(q, fresh(2.2), buf, lr, sgd, zeros({1}));
+  CHECK_FALSE(equal(q[0], q0[0]));
+
+  CHECK_THROWS_WITH_AS(fused_sgd_(q, q, buf, lr, sgd, zeros({1}, kFloat64)),
+                       doctest::Contains("fused_sgd_: found_inf must be one float32 element on cpu"), Error);
+  CHECK_THROWS_WITH_AS(fused_adam_(p, p, m, v, {}, counts, lr, adam, zeros({2})),
+                       doctest::Contains("fused_adam_: found_inf must be one float32 element on cpu"), Error);
+}
+
 TEST_CASE("foreach_mul_: every tensor times a float64 scalar tensor, rounded to its dtype") {
   std::vector<Tensor> ts{make({1, -2}, {2}, kFloat32), make({3}, {1}, kFloat64)};
   foreach_mul_(ts, full({}, 0.1, kFloat64));
