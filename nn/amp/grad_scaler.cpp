@@ -41,11 +41,6 @@ void check_scale(double scale, std::string_view what) {
              " must be positive and finite in float32, got ", scale);
 }
 
-// `t` on `device`: itself, or a copy there (ordered on the stream after what wrote it).
-Tensor on(const Tensor& t, Device device) {
-  return t.device() == device ? t : t.to(device);
-}
-
 }  // namespace
 
 GradScaler::GradScaler(GradScalerOptions options)
@@ -72,7 +67,7 @@ Tensor GradScaler::scale(const Tensor& loss) {
   if (!scale_.defined()) place_state(loss.device());
   const bool reduced = loss.dtype() == kFloat16 || loss.dtype() == kBFloat16;
   // A 0-dim view, so that the product keeps the loss's shape.
-  return mul(reduced ? loss.to(kFloat32) : loss, on(scale_, loss.device()).reshape({}));
+  return mul(reduced ? loss.to(kFloat32) : loss, scale_.to(loss.device()).reshape({}));
 }
 
 void GradScaler::unscale_(Optimizer& optimizer) {
@@ -123,7 +118,7 @@ void GradScaler::unscale_(Optimizer& optimizer) {
   Tensor found_inf = zeros({1}, TensorOptions(kFloat32).device(home));
   for (auto& [device, values] : per_device) {
     Tensor found_here = device == home ? found_inf : zeros({1}, TensorOptions(kFloat32).device(device));
-    amp_unscale_and_check_(values, found_here, on(inv_scale, device));
+    amp_unscale_and_check_(values, found_here, inv_scale.to(device));
     if (device != home) found_inf = found_inf.add(found_here.to(home));
   }
   for (auto& [grad, values] : write_back) grad.copy_(values);

@@ -84,7 +84,7 @@ Tensor& state_tensor(std::map<std::string, Tensor>& state, const std::string& na
 
 // GradScaler's found_inf (or nothing) on the device of one fused call.
 inline Tensor flag_on(const Tensor& found_inf, Device device) {
-  return !found_inf.defined() || found_inf.device() == device ? found_inf : found_inf.to(device);
+  return found_inf.defined() ? found_inf.to(device) : found_inf;  // to() keeps a tensor already there
 }
 
 // A captured step must run on the fused op (its scalars read on the device); the per-op path for

@@ -182,7 +182,8 @@ cudaError_t launch_fused_adam(const AdamList& list, int dtype, const AdamArgs& a
   if (list.count == 0) return cudaSuccess;
   if (list.step_count[0] != nullptr) {
     const LaunchConfig counts{dim3(1), dim3(kMaxAdamTensors), 0, stream, BlockThreads::kIndependent};
-    if (const cudaError_t e = launch<increment_step_counts_kernel>(counts, list, args.found_inf); e != cudaSuccess) return e;
+    const cudaError_t e = launch<increment_step_counts_kernel>(counts, list, args.found_inf);
+    if (e != cudaSuccess) return e;
   }
   if (longest_of(list.numel, list.count) == 0) return cudaSuccess;
   const LaunchConfig config = per_tensor_config(list.numel, list.count, stream);
