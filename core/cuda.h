@@ -40,8 +40,19 @@ struct DeviceProperties {
 // Throws loom::Error when the device does not exist.
 DeviceProperties get_device_properties(int device);
 
-// Blocks until all work queued on the current device has finished.
+// Blocks until all work queued on the current device has finished. Throws loom::Error when a
+// kernel among that work met invalid input (a class or an index out of range): such checks run on
+// the GPU and are reported at the host's next wait for it, this one or a copy to the host
+// (core/cuda/device_checks.h).
 void synchronize();
+
+// Blocking checks: each op that checks its input on the GPU waits for that check and throws at
+// the op, instead of at the next synchronisation (as CUDA_LAUNCH_BLOCKING=1 localises PyTorch's
+// device-side asserts). Slower: meant for finding the call that passed bad input. Off by default;
+// LOOM_CUDA_BLOCKING_CHECKS=1 in the environment turns it on. Without CUDA there are no such
+// checks, and the setting changes nothing.
+void set_blocking_checks(bool blocking);
+bool blocking_checks();
 
 // ---- device memory (the caching allocator) ---------------------------------------------
 

@@ -32,8 +32,8 @@
  *   - input that ops check (cross_entropy's class indices, the indices of embedding,
  *     index_select, gather, scatter_add, index_add and max_pool2d_backward) is still checked at
  *     each replay, on the GPU: a bad value is reported at the host's next wait for the GPU,
- *     .item() or cuda::synchronize() (core/cuda/graph_checks.h), naming the check and the first
- *     bad position.
+ *     .item() or cuda::synchronize() (core/cuda/device_checks.h), naming the check and the first
+ *     bad position, as the same checks are reported when the ops run eagerly.
  * The capture runs on a stream of the graph's own (made current until capture_end) that first
  * waits for the work queued on the current stream. Built without CUDA, capture_begin throws.
  */

@@ -12,6 +12,10 @@ DeviceProperties get_device_properties(int device) {
   LOOM_FAIL("cuda: no device ", device, ": Loom was built without the CUDA backend (LOOM_WITH_CUDA=OFF)");
 }
 void synchronize() {}
+void set_blocking_checks(bool) {}
+bool blocking_checks() {
+  return false;
+}
 
 MemoryStats memory_stats() { return {}; }
 size_t memory_allocated() { return 0; }

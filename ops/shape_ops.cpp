@@ -16,7 +16,6 @@
 #include <span>
 #include <string>
 
-#include "core/cuda_graph.h"
 #include "core/parallel.h"
 #include "ops/autograd_hook.h"
 #include "ops/copy_ops.h"
@@ -44,12 +43,11 @@ Tensor index_as_int64(const Tensor& index, std::string_view op) {
 // Throws unless every value of a contiguous int64 index lies in [0, size). Each chunk first
 // finds its min and max (a vectorised pass) and looks for the culprit only when they are out.
 void check_index_range(const Tensor& index, int64_t size, int64_t dim, std::string_view op) {
-  // A capture cannot copy to the host: the CUDA kernels check the values on the device instead
-  // (ops/cuda/shape_kernels.cpp).
-  if (index.is_cuda() && cuda::current_stream_capturing()) return;
-  Tensor host = to(index, kCPU);
-  const int64_t* p = host.data_ptr<int64_t>();
-  parallel_for(0, host.numel(), kParallelGrain * 4, [&](int64_t b, int64_t e) {
+  // Reading a CUDA index here would wait for the GPU at every call: its kernels check the values
+  // on the device instead, reported at the host's next wait (ops/cuda/shape_kernels.cpp).
+  if (index.is_cuda()) return;
+  const int64_t* p = index.data_ptr<int64_t>();
+  parallel_for(0, index.numel(), kParallelGrain * 4, [&](int64_t b, int64_t e) {
     int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
     for (int64_t i = b; i < e; ++i) {
       lo = std::min(lo, p[i]);

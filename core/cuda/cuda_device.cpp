@@ -9,7 +9,7 @@
 #include "core/cuda.h"
 #include "core/cuda/caching_allocator.h"
 #include "core/cuda/cuda_check.h"
-#include "core/cuda/graph_checks.h"
+#include "core/cuda/device_checks.h"
 
 namespace loom::cuda {
 
@@ -39,7 +39,7 @@ DeviceProperties get_device_properties(int device) {
 void synchronize() {
   if (device_count() == 0) return;
   LOOM_CUDA_CHECK(cudaDeviceSynchronize());  // waits for every stream's work
-  report_failed_graph_checks();              // what the replays among that work found
+  report_failed_device_checks();             // what the checks among that work found
 }
 
 CudaCachingAllocator& caching_allocator() {

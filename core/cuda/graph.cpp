@@ -12,7 +12,7 @@
 
 #include "core/cuda/caching_allocator.h"
 #include "core/cuda/cuda_check.h"
-#include "core/cuda/graph_checks.h"
+#include "core/cuda/device_checks.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_graph.h"
 #include "core/random.h"
@@ -67,7 +67,7 @@ struct CudaGraph::Impl {
 
 namespace {
 
-// The device words of captured checks (graph_checks.h), and which graph captures on which stream.
+// The device words of captured checks (device_checks.h), and which graph captures on which stream.
 struct CheckWord {
   const CudaGraph::Impl* graph;
   std::string what, position;
@@ -178,10 +178,11 @@ PhiloxArgs capture_philox_args(Generator& generator, uint64_t counters) {
   return PhiloxArgs{seed, first - rng->capture_start, rng->device_state};
 }
 
-unsigned long long* capture_check_word(std::string what, std::string position) {
+unsigned long long* graph_check_word(const std::string& what, const std::string& position) {
   CudaGraph::Impl* graph = graph_capturing_current_stream();
-  LOOM_CHECK(graph != nullptr, "capture_check_word(", what,
-             "): the current stream is not being captured by a cuda::CudaGraph");
+  LOOM_CHECK(graph != nullptr, what,
+             ": a check in a CUDA-graph capture, but the current stream is not being ",
+             "captured by a cuda::CudaGraph");
   Checks& c = checks();
   std::lock_guard<std::mutex> lock(c.mutex);
   void* word = nullptr;
@@ -191,17 +192,15 @@ unsigned long long* capture_check_word(std::string what, std::string position) {
     // A synchronous memset on the legacy stream: done before any replay can write the word.
     LOOM_CUDA_CHECK(cudaMemset(word, 0xff, sizeof(unsigned long long)));
   }
-  c.words.push_back({graph, std::move(what), std::move(position), static_cast<unsigned long long*>(word)});
+  c.words.push_back({graph, what, position, static_cast<unsigned long long*>(word)});
   c.count = c.words.size();
   return static_cast<unsigned long long*>(word);
 }
 
-void report_failed_graph_checks() {
+void collect_failed_graph_checks(std::vector<std::string>& failures) {
   Checks& c = checks();
   if (c.count == 0) return;
   std::lock_guard<std::mutex> lock(c.mutex);
-  std::string first;
-  size_t failed = 0;
   for (CheckWord& w : c.words) {
     unsigned long long value = 0;
     // Synchronous copies: they wait for the replays that write the word (the callers have
@@ -209,12 +208,9 @@ void report_failed_graph_checks() {
     LOOM_CUDA_CHECK(cudaMemcpy(&value, w.word, sizeof value, cudaMemcpyDeviceToHost));
     if (value == ~0ull) continue;
     LOOM_CUDA_CHECK(cudaMemset(w.word, 0xff, sizeof(unsigned long long)));  // reported once
-    if (failed++ == 0) first = detail::concat(w.what, " (at ", w.position, " ", value, ")");
+    failures.push_back(
+        detail::concat(w.what, " (at ", w.position, " ", value, "), in a replay of a CUDA graph"));
   }
-  if (failed > 0)
-    LOOM_FAIL(first, ", in a replay of a CUDA graph",
-              failed > 1 ? detail::concat(" (and ", failed - 1, " more check(s))") : "",
-              "; the check ran on the GPU and is reported at this synchronisation");
 }
 
 CudaGraph::CudaGraph() : impl_(std::make_unique<Impl>()) {}

@@ -7,12 +7,12 @@
  * kernels read through their strides.
  *
  * Synchronisation: every launch and cuDNN call is on the current stream (op_stream.h). The index check of
- * max_pool2d_backward copies its flag back with host_transfer, which waits for the check kernel.
+ * max_pool2d_backward does not wait: the host reads its word at its next wait for the GPU.
  */
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
-#include "core/cuda/graph_checks.h"
+#include "core/cuda/device_checks.h"
 #include "ops/copy_ops.h"
 #include "ops/cuda/conv_pool_launchers.h"
 #include "ops/cuda/cuda_kernels.h"
@@ -176,35 +176,20 @@ void max_pool2d_kernel(const Tensor& out, const Tensor& indices, const Tensor& x
 }
 
 // Indices are user input here: an index outside its plane is reported, as on the CPU, by a check
-// kernel that records the first bad position; during a CUDA graph capture into a word of the graph,
-// reported at the host's next wait for the GPU (core/cuda/graph_checks.h). The gather kernel
-// itself only adds gradients whose index lies in their window, which every index max_pool2d
-// produces does.
+// kernel that records the first bad position into a device word, read at the host's next wait for
+// the GPU (core/cuda/device_checks.h). The gather kernel itself only adds gradients whose index lies
+// in their window, which every index max_pool2d produces does.
 void max_pool2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_out, const Tensor& indices,
                                 const Pool2dParams& p) {
   if (grad_input.numel() == 0) return;
   const int code = floating_code(grad_out, "max_pool2d_backward");
   const PoolGeometry g = pool_geometry(grad_input.sizes(), grad_out.sizes(), &p);
-  if (current_stream_capturing()) {
-    unsigned long long* word = capture_check_word(
-        detail::concat("max_pool2d_backward: an index out of range for an input plane of ", g.h, "x", g.w),
-        "position");
-    LOOM_CUDA_CHECK(launch_check_pool_indices(word, indices.data_ptr<int64_t>(), strides_of(indices), g, op_stream()));
-  } else {
-    Tensor flag = full({1}, -1, indices.options());  // all ones: no bad position
-    LOOM_CUDA_CHECK(launch_check_pool_indices(static_cast<unsigned long long*>(flag.data_ptr()),
-                                              indices.data_ptr<int64_t>(), strides_of(indices), g, op_stream()));
-    unsigned long long bad = 0;
-    host_transfer(&bad, flag.data_ptr(), sizeof bad, cudaMemcpyDeviceToHost, "max_pool2d_backward");
-    if (bad != ~0ull) {
-      // The bad index itself, at that position of [n, c, ho, wo].
-      const Tensor flat = contiguous(indices).reshape({-1});
-      int64_t value = 0;
-      host_transfer(&value, flat.data_ptr<int64_t>() + bad, sizeof value, cudaMemcpyDeviceToHost,
-                    "max_pool2d_backward");
-      LOOM_FAIL("max_pool2d_backward: index ", value, " out of range for an input plane of ", g.h, "x", g.w);
-    }
-  }
+  unsigned long long* bad_index = device_check_word(
+      detail::concat("max_pool2d_backward: an index out of range for an input plane of ", g.h, "x", g.w),
+      "position");
+  LOOM_CUDA_CHECK(
+      launch_check_pool_indices(bad_index, indices.data_ptr<int64_t>(), strides_of(indices), g, op_stream()));
+  finish_device_check();
   LOOM_CUDA_CHECK(launch_max_pool2d_backward(
       code, grad_input.data_ptr(), strides_of(grad_input), grad_out.data_ptr(), strides_of(grad_out),
       indices.data_ptr<int64_t>(), strides_of(indices), g, op_stream()));

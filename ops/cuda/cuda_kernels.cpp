@@ -10,7 +10,7 @@
 #include "ops/cuda/cuda_kernels.h"
 
 #include "core/cuda/cuda_check.h"
-#include "core/cuda/graph_checks.h"
+#include "core/cuda/device_checks.h"
 #include "ops/copy_ops.h"
 #include "ops/cuda/launchers.h"
 #include "ops/cuda/op_stream.h"
@@ -27,7 +27,7 @@ void host_transfer(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind
   LOOM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, op_stream()));
   // Waits for the copy, and so for the work queued before it on this stream (what wrote a source).
   LOOM_CUDA_CHECK(cudaStreamSynchronize(op_stream()));
-  report_failed_graph_checks();  // a replayed graph among that work may have met invalid input
+  report_failed_device_checks(op_stream());  // what the checks among that work found
 }
 
 namespace {

@@ -157,7 +157,7 @@ __device__ inline T block_reduce(T v, Op op, T identity, T* scratch) {
 
 // ---- input checks ----------------------------------------------------------------------------
 
-// The value of a bad-index word that no kernel has written (see core/cuda/graph_checks.h).
+// The value of a bad-index word that no kernel has written (see core/cuda/device_checks.h).
 constexpr unsigned long long kNoBadIndex = ~0ull;
 
 // *bad = min(*bad, i), with compare-and-swap only (no plain read races the other writers).

@@ -6,22 +6,20 @@
  * whose handle is bound to the same current stream.
  *
  * Target values of nll_loss are checked on the device: a kernel that meets a target outside
- * [0, C) (and not ignore_index) leaves the smallest such batch index in a device word, which is
- * copied back after the launch; the error then names the op, the target and its batch index
- * exactly as the CPU's does. That copy waits for the kernel: one synchronisation per call. Under
- * a CUDA graph capture the kernels only record, so the word is the graph's, and a replay that
- * meets a bad target is reported at the host's next wait for the GPU (core/cuda/graph_checks.h).
+ * [0, C) (and not ignore_index) leaves it out and records the smallest such batch index in a
+ * device word, which the host reads at its next wait for the GPU (core/cuda/device_checks.h).
+ * The op itself does not wait.
  *
  * Synchronisation: every launch is on the current stream (op_stream.h), so the buffers allocated here
  * (freed to the caching allocator on return) are not reused before the kernels that use them
- * have run, and the copy of the flag starts only after the kernels that write it.
+ * have run.
  */
 #include <cstdint>
 #include <string_view>
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
-#include "core/cuda/graph_checks.h"
+#include "core/cuda/device_checks.h"
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/cuda/cudnn_batch_norm.h"
 #include "ops/cuda/cudnn_conv.h"  // cudnn_enabled
@@ -149,58 +147,33 @@ void batch_norm_backward_kernel(const Tensor& grad_input, const Tensor& grad_wei
 
 // ---- nll_loss: logp [N, C], target [N]
 
-// A device word for the kernels' smallest bad batch index, initialised to "none": a fresh one
-// that check_bad_index reads after the launch, or, during a CUDA graph capture, a word of the
-// graph that the host reads at its next wait for the GPU (core/cuda/graph_checks.h).
-struct BadIndexFlag {
-  Tensor tensor;  // undefined for a graph's word
-  unsigned long long* word;
-};
-
-BadIndexFlag bad_index_flag(const Tensor& target, int64_t classes, std::string_view op) {
-  if (current_stream_capturing())
-    return {Tensor(),
-            capture_check_word(detail::concat(op, ": a target out of bounds for ", classes, " classes"))};
-  Tensor flag = empty({1}, target.options().dtype(kInt64));
-  LOOM_CUDA_CHECK(cudaMemsetAsync(flag.data_ptr(), 0xff, sizeof(unsigned long long), op_stream()));
-  return {flag, static_cast<unsigned long long*>(flag.data_ptr())};
-}
-
-// Throws the CPU's error if the kernels recorded a bad target (waits for them: see the top).
-void check_bad_index(const BadIndexFlag& flag, const Tensor& target, int64_t classes, std::string_view op) {
-  if (!flag.tensor.defined()) return;  // a graph's: read after its replays
-  unsigned long long bad = 0;
-  host_transfer(&bad, flag.word, sizeof bad, cudaMemcpyDeviceToHost, "nll_loss");
-  if (bad == ~0ull) return;
-  const int64_t i = static_cast<int64_t>(bad);
-  int64_t t = 0;
-  const int64_t* at = static_cast<const int64_t*>(target.data_ptr()) + i * target.strides()[0];
-  host_transfer(&t, at, sizeof t, cudaMemcpyDeviceToHost, "nll_loss");
-  LOOM_FAIL(op, ": target ", t, " is out of bounds for ", classes, " classes (at batch index ", i, ")");
+// The device word that the kernels record a bad target's batch index into.
+unsigned long long* bad_target_word(int64_t classes, std::string_view op) {
+  return device_check_word(detail::concat(op, ": a target out of bounds for ", classes, " classes"));
 }
 
 void nll_loss_kernel(const Tensor& out, const Tensor& total_weight, const Tensor& logp, const Tensor& target,
                      const Tensor& weight, Reduction reduction, int64_t ignore_index) {
   const int64_t n = logp.sizes()[0], classes = logp.sizes()[1];
-  const BadIndexFlag flag = bad_index_flag(target, classes, "nll_loss");
+  unsigned long long* bad_target = bad_target_word(classes, "nll_loss");
   LOOM_CUDA_CHECK(launch_nll_loss(out.data_ptr(), reduction == Reduction::None ? out.strides()[0] : 0,
                                   total_weight.data_ptr(), logp.data_ptr(), logp.strides()[0],
                                   logp.strides()[1], static_cast<const int64_t*>(target.data_ptr()),
                                   target.strides()[0], ptr_or_null(weight), code(logp), n, classes,
-                                  static_cast<int>(reduction), ignore_index, flag.word, op_stream()));
-  check_bad_index(flag, target, classes, "nll_loss");
+                                  static_cast<int>(reduction), ignore_index, bad_target, op_stream()));
+  finish_device_check();
 }
 
 void nll_loss_backward_kernel(const Tensor& grad_logp, const Tensor& grad_out, const Tensor& target,
                               const Tensor& weight, const Tensor& total_weight, Reduction reduction,
                               int64_t ignore_index) {
   const int64_t n = grad_logp.sizes()[0], classes = grad_logp.sizes()[1];
-  const BadIndexFlag flag = bad_index_flag(target, classes, "nll_loss_backward");
+  unsigned long long* bad_target = bad_target_word(classes, "nll_loss_backward");
   LOOM_CUDA_CHECK(launch_nll_loss_backward(
       grad_logp.data_ptr(), grad_out.data_ptr(), static_cast<const int64_t*>(target.data_ptr()),
       target.strides()[0], ptr_or_null(weight), ptr_or_null(total_weight), code(grad_logp), n, classes,
-      static_cast<int>(reduction), ignore_index, flag.word, op_stream()));
-  check_bad_index(flag, target, classes, "nll_loss_backward");
+      static_cast<int>(reduction), ignore_index, bad_target, op_stream()));
+  finish_device_check();
 }
 
 }  // namespace

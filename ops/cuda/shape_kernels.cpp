@@ -4,12 +4,11 @@
  * plain layouts of ops/cuda/shape_launchers.h, the way the CPU kernels restride theirs
  * (ops/cpu/shape_kernels.cpp), and registers the kernels.
  *
- * Index values: ops/shape_ops.cpp copies every (small) index tensor to the host and checks its
- * values before any kernel runs (check_index_range), so a bad index is one loom::Error naming
- * the op, the value and the valid range on every backend; the kernels here read only checked
- * indices. During a CUDA-graph capture the host cannot read the index: the kernels then check it
- * on the device into a word of the graph, reported at the host's next wait for the GPU
- * (check_index_in_capture, core/cuda/graph_checks.h).
+ * Index values: on the CPU, ops/shape_ops.cpp checks every index before any kernel runs
+ * (check_index_range). A CUDA index stays on the device: a check kernel records the first bad
+ * position into a device word that the host reads at its next wait for the GPU
+ * (check_index_on_device, core/cuda/device_checks.h), and the kernels here follow only the indices
+ * in range, so a bad one reads zero or adds nothing until it is reported.
  *
  * Synchronisation: every launch is on the current stream (op_stream.h), so pad_backward's
  * intermediate buffers (freed to the caching allocator on return) are not reused before the
@@ -21,7 +20,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
-#include "core/cuda/graph_checks.h"
+#include "core/cuda/device_checks.h"
 #include "core/numeric_cast.h"
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/cuda/op_stream.h"
@@ -96,19 +95,18 @@ void cat_kernel(const Tensor& out, const std::vector<Tensor>& inputs, int64_t di
 
 // ---- index_select and gather ------------------------------------------------------------------
 
-// The device half of shape_ops.cpp's check_index_range, which leaves CUDA indices alone while the
-// stream is captured: every replay checks index (values along `dim` of a tensor of `size` there).
-void check_index_in_capture(const Tensor& index, int64_t size, int64_t dim, std::string_view op) {
-  if (!current_stream_capturing()) return;
+// The device half of shape_ops.cpp's check_index_range (values along `dim` of a tensor of `size`).
+void check_index_on_device(const Tensor& index, int64_t size, int64_t dim, std::string_view op) {
   const Tensor flat = index.contiguous();
-  unsigned long long* word = capture_check_word(
+  unsigned long long* bad_index = device_check_word(
       detail::concat(op, ": an index out of range for dim ", dim, " with size ", size), "index position");
-  LOOM_CUDA_CHECK(launch_index_range_check(index_ptr(flat), flat.numel(), size, word, op_stream()));
+  LOOM_CUDA_CHECK(launch_index_range_check(index_ptr(flat), flat.numel(), size, bad_index, op_stream()));
+  finish_device_check();
 }
 
 void index_select_kernel(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) {
   check_rank(out, "index_select");
-  check_index_in_capture(index, in.sizes()[dim], dim, "index_select");
+  check_index_on_device(index, in.sizes()[dim], dim, "index_select");
   DimVector in_strides(in.strides());
   in_strides[dim] = 0;
   DimVector index_strides(static_cast<size_t>(out.dim()), 0);
@@ -120,7 +118,7 @@ void index_select_kernel(const Tensor& out, const Tensor& in, int64_t dim, const
 
 void gather_kernel(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) {
   check_rank(out, "gather");
-  check_index_in_capture(index, in.sizes()[dim], dim, "gather");
+  check_index_on_device(index, in.sizes()[dim], dim, "gather");
   DimVector in_strides(in.strides());
   in_strides[dim] = 0;
   LOOM_CUDA_CHECK(launch_indexed_copy(out.data_ptr(), in.data_ptr(), index_ptr(index), element_size(out),
@@ -133,7 +131,7 @@ void gather_kernel(const Tensor& out, const Tensor& in, int64_t dim, const Tenso
 // Deterministic: see launch_indexed_add (a thread per line along dim, no atomics).
 void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
   check_rank(out, "scatter_add");
-  check_index_in_capture(index, out.sizes()[dim], dim, "scatter_add");
+  check_index_on_device(index, out.sizes()[dim], dim, "scatter_add");
   DimVector out_strides(out.strides());
   out_strides[dim] = 0;
   LOOM_CUDA_CHECK(launch_indexed_add(out.data_ptr(), src.data_ptr(), index_ptr(index), code(out),
@@ -143,7 +141,7 @@ void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, con
 
 void index_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
   check_rank(out, "index_add");
-  check_index_in_capture(index, out.sizes()[dim], dim, "index_add");
+  check_index_on_device(index, out.sizes()[dim], dim, "index_add");
   DimVector out_strides(out.strides());
   out_strides[dim] = 0;
   DimVector index_strides(static_cast<size_t>(src.dim()), 0);

@@ -31,13 +31,12 @@ cudaError_t launch_strided_move(void* dst, const void* src, int element_size, co
                                 int64_t numel, cudaStream_t stream);
 
 // index_select, gather: out[i] = src[i + index[i] * step] over l (operands out, src, index);
-// 0 where index[i] lies outside [0, bound) (only a CUDA graph's replay can meet one: see
-// launch_index_range_check).
+// 0 where index[i] lies outside [0, bound) (launch_index_range_check reports it).
 cudaError_t launch_indexed_copy(void* out, const void* src, const int64_t* index, int element_size,
                                 const Layout3& l, int64_t step, int64_t bound, cudaStream_t stream);
 
 // *bad = the smallest i < n with index[i] outside [0, size), if that is smaller than *bad (a
-// contiguous index; `bad` a CUDA graph's check word, core/cuda/graph_checks.h).
+// contiguous index; `bad` a check word, core/cuda/device_checks.h).
 cudaError_t launch_index_range_check(const int64_t* index, int64_t n, int64_t size, unsigned long long* bad,
                                      cudaStream_t stream);
 
