@@ -13,6 +13,9 @@
  *   cuda_mlp_train           MLP 784-512-512-10 training step, SGD momentum, batch 128
  *   cuda_mlp_train_graph     the same step captured into a CUDA graph (core/cuda_graph.h) and
  *                            replayed: one launch per step instead of one per kernel
+ *   cuda_cnn_train, _graph   SmallCNN (conv 5x5 3->32, ReLU, max pool 2, conv 5x5 32->64, ReLU,
+ *                            max pool 2, Linear 4096->10) on 3 x 32 x 32 images, SGD momentum,
+ *                            batch 64: the anchor's small CNN step, eagerly and from a CUDA graph
  *   cuda_mlp_block_bf16      GPT-2 small's MLP block (768 -> 3072, tanh GELU, -> 768) in bf16,
  *                            forward + backward over 8 x 1024 tokens, tokens/s: one
  *                            linear_activation_linear (DGELU_BGRAD in backward)
@@ -41,6 +44,7 @@
 #include "nn/loss.h"
 #include "nn/models/gpt.h"
 #include "nn/models/mlp.h"
+#include "nn/models/small_cnn.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/sgd.h"
 #include "ops/ops.h"
@@ -104,26 +108,38 @@ Workload gpt2_small_train(int64_t batch, bool cuda_graph) {
   return Workload{[graph] { graph->replay(); }, tokens_per_step};
 }
 
-// The MLP 784-512-512-10 training step at batch 128 (SGD, momentum 0.9), eagerly or replayed
-// from a CUDA graph captured after two warm-up steps (torch.cuda.graph's recipe: the momentum
-// buffers exist before the capture).
-Workload mlp_train(bool cuda_graph) {
-  constexpr int64_t kBatch = 128;
-  auto model = std::make_shared<nn::MLP>(std::vector<int64_t>{784, 512, 512, 10});
+// A small model's training step on `input` (cross entropy over 10 classes, SGD(0.01, momentum
+// 0.9)), eagerly or replayed from a CUDA graph captured after two warm-up steps (torch.cuda.graph's
+// recipe: the momentum buffers exist before the capture).
+template <class Model>
+Workload small_train(std::shared_ptr<Model> model, Tensor input, bool cuda_graph) {
   model->to(gpu());
   auto optimizer =
       std::make_shared<nn::SGD>(model->parameters(), nn::SGDOptions{.lr = 0.01, .momentum = 0.9});
-  Tensor input = randn({kBatch, 784}, gpu()), target = randint(0, 10, {kBatch}).to(gpu());
+  const int64_t batch = input.size(0);
+  Tensor target = randint(0, 10, {batch}).to(gpu());
   auto step = [model, optimizer, input, target] {
     optimizer->zero_grad();
     nn::functional::cross_entropy(model->forward(input), target).backward();
     optimizer->step();
   };
-  if (!cuda_graph) return Workload{step, static_cast<double>(kBatch)};
+  if (!cuda_graph) return Workload{step, static_cast<double>(batch)};
   for (int i = 0; i < 2; ++i) step();
   auto graph = std::make_shared<cuda::CudaGraph>();
   cuda::capture(*graph, step);
-  return Workload{[graph] { graph->replay(); }, static_cast<double>(kBatch)};
+  return Workload{[graph] { graph->replay(); }, static_cast<double>(batch)};
+}
+
+// The MLP 784-512-512-10 at batch 128.
+Workload mlp_train(bool cuda_graph) {
+  return small_train(std::make_shared<nn::MLP>(std::vector<int64_t>{784, 512, 512, 10}),
+                     randn({128, 784}, gpu()), cuda_graph);
+}
+
+// SmallCNN (the anchor's CNN: two 5x5 convolutions, ReLU, 2x2 max pools, 94,666 parameters) on
+// 3 x 32 x 32 images at batch 64.
+Workload cnn_train(bool cuda_graph) {
+  return small_train(std::make_shared<nn::SmallCNN>(3, 10, 32), randn({64, 3, 32, 32}, gpu()), cuda_graph);
 }
 
 }  // namespace
@@ -178,6 +194,13 @@ std::vector<BenchCase> cuda_cases() {
   c.push_back(gpu_case("cuda_mlp_train_graph", "samples_per_s", "samples/s", 1,
                        "the same MLP training step captured once into a CUDA graph and replayed",
                        [] { return mlp_train(true); }));
+  c.push_back(
+      gpu_case("cuda_cnn_train", "samples_per_s", "samples/s", 1,
+               "SmallCNN (3x32x32, 94,666 parameters) training step on the GPU, SGD momentum, batch 64",
+               [] { return cnn_train(false); }));
+  c.push_back(gpu_case("cuda_cnn_train_graph", "samples_per_s", "samples/s", 1,
+                       "the same CNN training step captured once into a CUDA graph and replayed",
+                       [] { return cnn_train(true); }));
   c.push_back(gpu_case("cuda_mlp_block_bf16", "tokens_per_s", "tokens/s", 1,
                        "GPT-2 small's MLP block 768-3072-768 with the tanh GELU, bf16, forward + backward, "
                        "8 x 1024 tokens",

@@ -1,7 +1,7 @@
 """PyTorch side of `bench --device cuda` cases that torch_gpu_anchors.py does not cover, on the
 same GPU and with the same shapes as tools/bench/cuda_cases.cpp: add of 2^28 float32, softmax and
 layer norm of 8192 x 8192 bf16, matmul f32 4096 (TF32 off), the MLP training step at batch 128
-(eager and replayed from a CUDA graph),
+and the small CNN's at batch 64 (each eager and replayed from a CUDA graph),
 batch norm training forward + backward of [32, 64, 56, 56] float32 channels_last, GPT-2 small's
 MLP block (768-3072-768, tanh GELU) in bf16 forward + backward over 8 x 1024 tokens.
 Timed with CUDA events, median of 20 after warm-up. One JSON line per case.
@@ -77,6 +77,40 @@ with torch.cuda.graph(graph):
     opt.step()
 s = timed(graph.replay)
 emit("mlp_train_b128_cudagraph", samples_per_s=round(128 / s))
+
+
+# The anchor's small CNN (torch_gpu_anchors.py), as cuda_cnn_train: cross entropy, SGD momentum,
+# batch 64, with cuDNN's autotuner on (PyTorch's fastest setting for fixed shapes).
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(3, 32, 5, padding=2), nn.Conv2d(32, 64, 5, padding=2)
+        self.fc = nn.Linear(4096, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.c1(x)), 2)
+        return self.fc(F.max_pool2d(F.relu(self.c2(x)), 2).flatten(1))
+
+
+torch.backends.cudnn.benchmark = True
+model = CNN().to(dev)
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+xi, yi = torch.randn(64, 3, 32, 32, device=dev), torch.randint(0, 10, (64,), device=dev)
+s = timed(step)
+emit("cnn_train_b64", samples_per_s=round(64 / s))
+side.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(side):
+    for _ in range(3):
+        step()
+torch.cuda.current_stream().wait_stream(side)
+graph = torch.cuda.CUDAGraph()
+opt.zero_grad(set_to_none=True)
+with torch.cuda.graph(graph):
+    F.cross_entropy(model(xi), yi).backward()
+    opt.step()
+s = timed(graph.replay)
+emit("cnn_train_b64_cudagraph", samples_per_s=round(64 / s))
+torch.backends.cudnn.benchmark = False
 xb = torch.randn(32, 64, 56, 56, device=dev).contiguous(memory_format=torch.channels_last).requires_grad_()
 gb = torch.randn(32, 64, 56, 56, device=dev).contiguous(memory_format=torch.channels_last)
 wb, bb = torch.ones(64, device=dev, requires_grad=True), torch.zeros(64, device=dev, requires_grad=True)
