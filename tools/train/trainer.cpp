@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/autocast.h"
+#include "core/cuda.h"
 #include "core/parallel.h"
 #include "data/data.h"
 #include "nn/nn.h"
@@ -27,6 +28,7 @@
 #include "ops/ops.h"
 #include "quant/distill.h"
 #include "tools/common/format.h"
+#include "tools/train/fail.h"
 #include "tools/train/fault_injection.h"
 #include "tools/train/model_setup.h"
 #include "tools/train/parallelism.h"
@@ -37,7 +39,6 @@
 #include "tools/train/run_dir.h"
 #include "tools/train/stop_signal.h"
 #include "tools/train/trace.h"
-#include "tools/train/fail.h"
 
 namespace loom::train {
 namespace {
@@ -481,6 +482,9 @@ void Trainer::validate_epoch(int64_t epoch) {
 // save() returns on every rank only then, so no rank trains on (or exits, or is killed) while it
 // is written, and --resume restarts all of them from the same step.
 void Trainer::save() {
+  // The GPU's input checks (a class index out of range) are reported at the host's next wait for
+  // it: that wait is here, so that such an error stops the run as itself, not as the checkpoint's.
+  cuda::synchronize();
   // A background save still pending is finished first (as AsyncCheckpointer::save would), here,
   // so that its failure is reported as its own step's.
   commit_finished_checkpoint(true);
