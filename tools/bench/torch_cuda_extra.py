@@ -49,38 +49,37 @@ torch.backends.cuda.matmul.allow_tf32 = False
 p, q = torch.randn(4096, 4096, device=dev), torch.randn(4096, 4096, device=dev)
 s = timed(lambda: p @ q)
 emit("matmul_f32_4096", tflops=round(2 * 4096**3 / s / 1e12, 1))
-model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)).to(dev)
-opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-xi, yi = torch.randn(128, 784, device=dev), torch.randint(0, 10, (128,), device=dev)
 
 
-def step():
+def small_train(name, model, x, classes=10):
+    """A small model's step (cross entropy, SGD momentum), eager and then under torch.cuda.graph
+    (warm-up on a side stream, then capture), as cuda_mlp_train and cuda_mlp_train_graph run it."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    y = torch.randint(0, classes, (x.shape[0],), device=dev)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    s = timed(step)
+    emit(name, samples_per_s=round(x.shape[0] / s))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
     opt.zero_grad(set_to_none=True)
-    F.cross_entropy(model(xi), yi).backward()
-    opt.step()
+    with torch.cuda.graph(graph):
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    s = timed(graph.replay)
+    emit(name + "_cudagraph", samples_per_s=round(x.shape[0] / s))
 
 
-s = timed(step)
-emit("mlp_train_b128", samples_per_s=round(128 / s))
-# The same step under torch.cuda.graph (warm-up on a side stream, then capture), as
-# cuda_mlp_train_graph does it.
-side = torch.cuda.Stream()
-side.wait_stream(torch.cuda.current_stream())
-with torch.cuda.stream(side):
-    for _ in range(3):
-        step()
-torch.cuda.current_stream().wait_stream(side)
-graph = torch.cuda.CUDAGraph()
-opt.zero_grad(set_to_none=True)
-with torch.cuda.graph(graph):
-    F.cross_entropy(model(xi), yi).backward()
-    opt.step()
-s = timed(graph.replay)
-emit("mlp_train_b128_cudagraph", samples_per_s=round(128 / s))
-
-
-# The anchor's small CNN (torch_gpu_anchors.py), as cuda_cnn_train: cross entropy, SGD momentum,
-# batch 64, with cuDNN's autotuner on (PyTorch's fastest setting for fixed shapes).
+# The anchor's small CNN (torch_gpu_anchors.py), as cuda_cnn_train.
 class CNN(nn.Module):
     def __init__(self):
         super().__init__()
@@ -92,24 +91,10 @@ class CNN(nn.Module):
         return self.fc(F.max_pool2d(F.relu(self.c2(x)), 2).flatten(1))
 
 
-torch.backends.cudnn.benchmark = True
-model = CNN().to(dev)
-opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-xi, yi = torch.randn(64, 3, 32, 32, device=dev), torch.randint(0, 10, (64,), device=dev)
-s = timed(step)
-emit("cnn_train_b64", samples_per_s=round(64 / s))
-side.wait_stream(torch.cuda.current_stream())
-with torch.cuda.stream(side):
-    for _ in range(3):
-        step()
-torch.cuda.current_stream().wait_stream(side)
-graph = torch.cuda.CUDAGraph()
-opt.zero_grad(set_to_none=True)
-with torch.cuda.graph(graph):
-    F.cross_entropy(model(xi), yi).backward()
-    opt.step()
-s = timed(graph.replay)
-emit("cnn_train_b64_cudagraph", samples_per_s=round(64 / s))
+mlp = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)).to(dev)
+small_train("mlp_train_b128", mlp, torch.randn(128, 784, device=dev))
+torch.backends.cudnn.benchmark = True  # cuDNN's autotuner: PyTorch's fastest setting for fixed shapes
+small_train("cnn_train_b64", CNN().to(dev), torch.randn(64, 3, 32, 32, device=dev))
 torch.backends.cudnn.benchmark = False
 xb = torch.randn(32, 64, 56, 56, device=dev).contiguous(memory_format=torch.channels_last).requires_grad_()
 gb = torch.randn(32, 64, 56, 56, device=dev).contiguous(memory_format=torch.channels_last)
