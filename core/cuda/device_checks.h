@@ -30,9 +30,9 @@ namespace loom::cuda {
 
 // A device word, "no error" (all ones) to begin with, for one check of the kernel about to be
 // launched on the current stream, described by `what`. The kernel stores the smallest bad
-// position in it (atomicMin), which the report names after `position` ("batch index"). During a
-// capture the word is the capturing graph's (loom::Error when no cuda::CudaGraph captures the
-// stream), otherwise the stream's.
+// position in it (an atomic minimum), which the report names after `position` ("batch index").
+// During a capture the word is the capturing graph's (loom::Error when no cuda::CudaGraph captures
+// the stream), otherwise the stream's.
 unsigned long long* device_check_word(const std::string& what, const std::string& position = "batch index");
 
 // Call after launching the kernel that writes device_check_word's word. With blocking checks (and
