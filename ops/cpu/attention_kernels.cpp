@@ -23,7 +23,8 @@ namespace loom::cpu {
 
 namespace {
 
-// The scores of one query row into s[0, S), with the mask and causality applied; returns their max.
+// The scores of one query row into s[0, S), with the mask and causality applied; returns their max,
+// NaN when a score is NaN (so that the row's output and logsumexp are NaN, as softmax's are).
 template <class T, class A>
 A row_scores(std::vector<A>& s, const T* qi, const T* k, const A* mask_row, int64_t mask_col_stride, int64_t i,
              int64_t n_keys, int64_t e, A scale, bool is_causal) {
@@ -36,7 +37,7 @@ A row_scores(std::vector<A>& s, const T* qi, const T* k, const A* mask_row, int6
     A dot = 0;
     for (int64_t d = 0; d < e; ++d) dot += static_cast<A>(qi[d]) * static_cast<A>(k[j * e + d]);
     s[j] = dot * scale + (mask_row ? mask_row[j * mask_col_stride] : A(0));
-    m = s[j] > m ? s[j] : m;
+    m = (s[j] > m || std::isnan(s[j])) && !std::isnan(m) ? s[j] : m;
   }
   return m;
 }
@@ -75,6 +76,7 @@ void forward_typed(const Tensor& out, const Tensor& logsumexp, const Tensor& q, 
       A l = 0;
       if (m != -std::numeric_limits<A>::infinity()) {
         for (int64_t j = 0; j < d.s; ++j) {
+          if (s[j] == -std::numeric_limits<A>::infinity()) continue;  // masked: no part, even in a NaN row
           const A p = std::exp(s[j] - m);
           if (p == A(0)) continue;
           l += p;
@@ -82,8 +84,10 @@ void forward_typed(const Tensor& out, const Tensor& logsumexp, const Tensor& q, 
         }
       }
       T* o = out.data_ptr<T>() + row * d.ev;
-      for (int64_t c = 0; c < d.ev; ++c) o[c] = static_cast<T>(l > 0 ? acc[c] / l : A(0));
-      logsumexp.data_ptr<A>()[row] = l > 0 ? m + std::log(l) : -std::numeric_limits<A>::infinity();
+      // l is 0 only when every key is masked (l >= 1 otherwise: the maximum's term is 1), and NaN
+      // when a score is, which the output and logsumexp keep.
+      for (int64_t c = 0; c < d.ev; ++c) o[c] = static_cast<T>(l == 0 ? A(0) : acc[c] / l);
+      logsumexp.data_ptr<A>()[row] = l == 0 ? -std::numeric_limits<A>::infinity() : m + std::log(l);
     }
   });
 }
@@ -117,6 +121,7 @@ void backward_typed(const Tensor& grad_q, const Tensor& grad_k, const Tensor& gr
           A D = 0;
           for (int64_t c = 0; c < d.ev; ++c) D += static_cast<A>(go[c]) * static_cast<A>(oi[c]);
           for (int64_t j = 0; j < d.s; ++j) {
+            if (s[j] == -std::numeric_limits<A>::infinity()) continue;  // masked: no gradient, even in a NaN row
             const A p = std::exp(s[j] - lse);
             if (p == A(0)) continue;
             A dp = 0;

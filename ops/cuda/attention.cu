@@ -79,9 +79,11 @@ __device__ inline float score(const AttentionArgs& a, const float* q_row, const 
   return s;
 }
 
-// exp(s - logsumexp), 0 for a row whose keys are all masked.
+// exp(s - logsumexp); 0 for a masked key, even in a row whose logsumexp is NaN (a NaN score), so
+// that which keys get NaN gradients does not depend on the tiles; 0 for a row whose keys are all
+// masked.
 __device__ inline float probability(float s, float logsumexp) {
-  return logsumexp == -INFINITY ? 0.0f : expf(s - logsumexp);
+  return s == -INFINITY || logsumexp == -INFINITY ? 0.0f : expf(s - logsumexp);
 }
 
 // D_i = grad_out_i . out_i for the row `row` of batch b, summed over the row's lanes.
@@ -150,13 +152,15 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(AttentionArgs a
     }
   }
   if (i >= a.l) return;
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  // l is 0 only when every key is masked (l >= 1 otherwise: the maximum's term is 1), and NaN
+  // when a score is (fmaxf left it out of m, but its e^(s - m) is NaN), which out and logsumexp keep.
+  const float inv = l == 0.0f ? 0.0f : 1.0f / l;
 #pragma unroll
   for (int x = 0; x < kDimsPerLane; ++x) {
     const int d = lane + kLanes * x;
     if (d < a.ev) out[(b * a.l + i) * a.ev + d] = convert<T>(acc[x] * inv);
   }
-  if (lane == 0) logsumexp[b * a.l + i] = l > 0.0f ? m + logf(l) : -INFINITY;
+  if (lane == 0) logsumexp[b * a.l + i] = l == 0.0f ? -INFINITY : m + logf(l);
 }
 
 template <class T>
