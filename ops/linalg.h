@@ -21,8 +21,9 @@ Tensor bmm(const Tensor& a, const Tensor& b);  // [B, M, K] x [B, K, N] -> [B, M
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 // activation(linear(x, weight, bias)), one op: x [*, in], weight [out, in], bias undefined or
 // [out] -> [*, out]. On the CPU the numbers are exactly linear's followed by relu / gelu (erf) /
-// gelu(tanh); on CUDA the activation runs in cuBLASLt's epilogue (RELU_BIAS, GELU_AUX_BIAS: the
-// tanh GELU only, which is cuBLASLt's) and the erf GELU after the GEMM. Throws as linear does.
+// gelu(tanh); on CUDA the tanh GELU runs in cuBLASLt's epilogue (GELU_AUX_BIAS), and relu and the
+// erf GELU after the GEMM (cuBLASLt's relu would turn NaN into 0: relu keeps NaN on every
+// backend). Throws as linear does.
 Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation);
 // linear_activation and its pre-activation x W^T + b (undefined for relu, whose gradient reads
 // the output): what autograd records. The pre-activation is saved for backward only and carries

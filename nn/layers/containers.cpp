@@ -45,7 +45,8 @@ Sequential::Sequential(const std::vector<std::shared_ptr<Module>>& modules) {
 
 namespace {
 
-// The activations cuBLASLt has epilogues for: ReLU and the tanh GELU (not the erf GELU).
+// The activations linear_activation fuses on CUDA: the tanh GELU, in cuBLASLt's epilogue, and
+// ReLU, in place on the GEMM's output (not the erf GELU).
 std::optional<Activation> epilogue_activation(const Module& m) {
   if (typeid(m) == typeid(ReLU)) return Activation::Relu;
   if (typeid(m) == typeid(GELU) && static_cast<const GELU&>(m).approximate() == "tanh")
@@ -54,8 +55,9 @@ std::optional<Activation> epilogue_activation(const Module& m) {
 }
 
 // A plain Linear followed by a ReLU or a tanh GELU, on a CUDA input that fits the Linear: one
-// linear_activation, whose activation (and bias) cuBLASLt applies in the GEMM's epilogue
-// (RELU_BIAS, GELU_AUX_BIAS) instead of another pass over the output. Elsewhere (the CPU, whose
+// linear_activation, whose bias cuBLASLt adds in the GEMM's epilogue, with the tanh GELU there
+// too (GELU_AUX_BIAS) and ReLU in place on the output (cuBLASLt's RELU epilogue would turn NaN
+// into 0), instead of a second op with its own output and autograd node. Elsewhere (the CPU, whose
 // linear_activation is the same ops unfused; the erf GELU, which cuBLASLt has no epilogue for;
 // subclasses of Linear, which may do more) nothing to fuse.
 std::optional<Activation> fusable_activation(const Module& layer, const Module& next, const Tensor& x) {

@@ -53,8 +53,6 @@ cublasLtEpilogue_t lt_epilogue(const LtGemm& g) {
       return CUBLASLT_EPILOGUE_DEFAULT;
     case LtEpilogue::kBias:
       return CUBLASLT_EPILOGUE_BIAS;
-    case LtEpilogue::kReluBias:
-      return g.bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
     case LtEpilogue::kGeluTanhBias:
       if (g.aux) return g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
       return g.bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;

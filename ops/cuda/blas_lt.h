@@ -20,7 +20,6 @@ namespace loom::cuda {
 enum class LtEpilogue {
   kNone,          // D = op(A) op(B)
   kBias,          // D = op(A) op(B) + bias[row]
-  kReluBias,      // D = relu(op(A) op(B) + bias[row]); bias may be null (RELU)
   kGeluTanhBias,  // D = gelu_tanh(op(A) op(B) + bias[row]); bias may be null; aux (if set) gets the GELU input
   kBiasGradB,     // D = op(A) op(B); bias[col] = the sum over k of op(B)[:, col] (BGRADB)
   kDGeluTanh,     // D = op(A) op(B) * gelu_tanh'(aux); bias (if set) gets D's row sums (DGELU_BGRAD)
@@ -38,7 +37,7 @@ struct LtGemm {
   int64_t batch = 1;
   DType dtype = DType::Float32;  // of A, B, D, the bias and aux
   LtEpilogue epilogue = LtEpilogue::kNone;
-  void* bias = nullptr;  // packed; read (kBias, kReluBias, kGeluTanhBias) or written (kBiasGradB, kDGeluTanh)
+  void* bias = nullptr;  // packed; read (kBias, kGeluTanhBias) or written (kBiasGradB, kDGeluTanh)
   void* aux = nullptr;   // m x n column-major, ld aux_ld (a multiple of 8): written by kGeluTanhBias, read by
                          // kDGeluTanh
   int64_t aux_ld = 0, aux_stride = 0;

@@ -16,10 +16,10 @@
  * rounding to the output type, as the CPU kernel's fused bias does. Where cuBLASLt has no
  * algorithm, the bias is copied (broadcast) into the output and the GEMM adds to it (beta = 1).
  *
- * linear_activation: the same GEMM with cuBLASLt's RELU_BIAS or GELU_AUX_BIAS epilogue (the
- * GELU input kept as the pre-activation for backward); cuBLASLt's GELU is the tanh form, so the
- * erf GELU, and any problem cuBLASLt has no algorithm for, runs the GEMM and then the activation
- * kernel. linear_weight_grad: grad^T x with the BGRADB epilogue summing grad for the bias.
+ * linear_activation: the same GEMM with cuBLASLt's GELU_AUX_BIAS epilogue for the tanh GELU (the
+ * GELU input kept as the pre-activation for backward). ReLU and the erf GELU run the GEMM (bias in
+ * its epilogue) and then the activation kernel in place: cuBLASLt's GELU is the tanh form only,
+ * and its RELU epilogue turns a NaN into 0, where relu keeps it (see linear_activation_kernel). linear_weight_grad: grad^T x with the BGRADB epilogue summing grad for the bias.
  * linear_input_grad_activation: grad @ weight with the DGELU_BGRAD epilogue for the tanh GELU
  * (the GELU's derivative at the saved pre-activation and the bias gradient, in the GEMM).
  */
@@ -172,22 +172,26 @@ void linear_activation_kernel(const Tensor& out, const Tensor& pre, const Tensor
   if (out.numel() == 0) return;
   check_gemm_dtype("linear_activation", out, a, b);
   const int64_t n = out.size(2);
+  // No RELU_BIAS epilogue: cuBLASLt computes its relu as max(x, 0) with a NaN going to 0 (as its
+  // users report), while relu on the CPU, in Loom's kernel and in PyTorch keeps NaN. Fused, a
+  // layer whose weights went NaN would hand finite zeros on, and the loss would stay finite on
+  // the GPU while it is NaN on the CPU. The relu kernel after the GEMM costs one pass over out.
   // cuBLASLt's aux matrix (the GELU input) needs a leading dimension that is a multiple of 8.
-  const bool fusable = activation == Activation::Relu ||
-                       (activation == Activation::GeluTanh && (!pre.defined() || n % 8 == 0));
+  const bool fusable = activation == Activation::GeluTanh && (!pre.defined() || n % 8 == 0);
   if (fusable && a.size(2) > 0) {
     RowMajorGemm g(out, a, b);
     Tensor packed = bias.defined() ? contiguous(bias) : Tensor();
-    g.lt.epilogue = activation == Activation::Relu ? LtEpilogue::kReluBias : LtEpilogue::kGeluTanhBias;
+    g.lt.epilogue = LtEpilogue::kGeluTanhBias;
     g.lt.bias = packed.defined() ? packed.data_ptr() : nullptr;
-    if (activation == Activation::GeluTanh && pre.defined()) {
+    if (pre.defined()) {
       g.lt.aux = pre.data_ptr();
       g.lt.aux_ld = n;
       g.lt.aux_stride = out.size(0) <= 1 ? 0 : out.size(1) * n;
     }
     if (g.direct && lt_matmul(g.lt)) return;
   }
-  Tensor h = pre.defined() ? pre : empty(out.sizes(), out.options());
+  // Without a pre-activation to keep, the activation runs in place on the GEMM's output.
+  const Tensor& h = pre.defined() ? pre : out;
   gemm_bias(h, a, b, bias);
   apply_activation(out, h, activation);
 }

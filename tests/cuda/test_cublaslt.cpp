@@ -121,6 +121,30 @@ TEST_CASE("emulated cuBLASLt: BIAS, RELU_BIAS and GELU_AUX_BIAS apply the bias, 
   }
 }
 
+// The RELU epilogue is max(x, 0) with a NaN going to 0, as cuBLASLt's users report it on GPUs;
+// Loom's linear_activation keeps relu out of the epilogue for that reason (ops/cuda/linalg_kernels.cpp).
+// The tanh GELU of a NaN is NaN, as its formula gives.
+TEST_CASE("emulated cuBLASLt: RELU_BIAS turns a NaN into 0, GELU_BIAS keeps it") {
+  LOOM_REQUIRE_GPU();
+  for (cublasLtEpilogue_t e : {CUBLASLT_EPILOGUE_RELU_BIAS, CUBLASLT_EPILOGUE_GELU_BIAS}) {
+    CAPTURE(static_cast<int>(e));
+    Gemm g(4, 2, 3);
+    std::vector<float> hbias = Gemm::values(4, 0.4);
+    hbias[1] = std::nanf("");
+    DeviceFloats bias(hbias);
+    REQUIRE(g.set(CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(e)) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(g.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(bias.ptr())) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(g.run() == CUBLAS_STATUS_SUCCESS);
+    const std::vector<float> out = g.D.host();
+    for (int64_t j = 0; j < 2; ++j) {
+      const float v = out[static_cast<size_t>(1 + j * 4)];  // row 1 of D: its bias is NaN
+      if (e == CUBLASLT_EPILOGUE_RELU_BIAS) CHECK(v == 0.0f);
+      else CHECK(std::isnan(v));
+      CHECK(std::isfinite(out[static_cast<size_t>(0 + j * 4)]));
+    }
+  }
+}
+
 TEST_CASE("emulated cuBLASLt: BGRADB sums op(B) over k, one value per column of D") {
   LOOM_REQUIRE_GPU();
   Gemm g(4, 6, 5);
