@@ -19,7 +19,8 @@
  * linear_activation: the same GEMM with cuBLASLt's GELU_AUX_BIAS epilogue for the tanh GELU (the
  * GELU input kept as the pre-activation for backward). ReLU and the erf GELU run the GEMM (bias in
  * its epilogue) and then the activation kernel in place: cuBLASLt's GELU is the tanh form only,
- * and its RELU epilogue turns a NaN into 0, where relu keeps it (see linear_activation_kernel). linear_weight_grad: grad^T x with the BGRADB epilogue summing grad for the bias.
+ * and its RELU epilogue turns a NaN into 0, where relu keeps it (see linear_activation_kernel).
+ * linear_weight_grad: grad^T x with the BGRADB epilogue summing grad for the bias.
  * linear_input_grad_activation: grad @ weight with the DGELU_BGRAD epilogue for the tanh GELU
  * (the GELU's derivative at the saved pre-activation and the bias gradient, in the GEMM).
  */

@@ -5,9 +5,9 @@
  *  - the product is cublasGemmStridedBatchedEx's reference GEMM (cublas.cpp) into an accumulator
  *    of the compute type (float, or double for 64F), so Lt and plain cuBLAS agree bit for bit;
  *  - the epilogue then runs on that accumulator, before the single rounding to D's type:
- *    BIAS adds bias[row] (the vector has D's rows, packed), RELU is max(x, 0) with a NaN going to
- *    0 (what cuBLASLt's users report from GPUs: forums.developer.nvidia.com/t/329783), GELU is the tanh
- *    approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GELU_AUX stores the GELU
+ *    BIAS adds bias[row] (the vector has D's rows, packed), RELU is max(x, 0) with a NaN going
+ *    to 0 (what cuBLASLt's users report from GPUs: forums.developer.nvidia.com/t/329783), GELU is
+ *    the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GELU_AUX stores the GELU
  *    input (after the bias) to the aux matrix; BGRADA / BGRADB store the sums of op(A) over k
  *    (one per row of D) / of op(B) over k (one per column of D) to the bias pointer;
  *  - DGELU multiplies the product by the tanh-GELU's derivative at the aux matrix (the GELU

@@ -63,9 +63,11 @@ TEST_CASE("special values: linear_activation keeps NaN through relu and the GELU
       const Tensor b = pat({8}, 0.3).to(dt);
       CudaCase c;
       if ((dt == kBFloat16 || dt == kFloat16) && act != Activation::Relu)
-        c.tol = test::Tol{test::cuda_tol_for(dt).rtol, 1e-3};  // the epilogue rounds once (linear_activation.cpp)
-      check_cuda_matches_cpu([act](const std::vector<Tensor>& in) { return linear_activation(in[0], in[1], in[2], act); },
-                             {x, w, b}, c);
+        c.tol =
+            test::Tol{test::cuda_tol_for(dt).rtol, 1e-3};  // the epilogue rounds once (linear_activation.cpp)
+      check_cuda_matches_cpu(
+          [act](const std::vector<Tensor>& in) { return linear_activation(in[0], in[1], in[2], act); },
+          {x, w, b}, c);
       // The MLP block as nn::Sequential runs it: Linear, activation, Linear in one op.
       const Tensor w2 = pat({5, 8}, 0.4).to(dt), b2 = pat({5}, 0.5).to(dt);
       check_cuda_matches_cpu(
@@ -109,9 +111,9 @@ TEST_CASE("special values: matmul and bmm give NaN and infinities where the CPU 
     const Tensor a = with_specials({2, 3, 5}, 0.6, {{0, kInf}, {7, kNan}, {12, -kInf}, {13, kInf}}, dt);
     const Tensor b = with_specials({2, 5, 4}, 0.7, {{1, 0.0}, {30, kNan}}, dt);
     check_cuda_matches_cpu([](const std::vector<Tensor>& in) { return bmm(in[0], in[1]); }, {a, b});
-    check_cuda_matches_cpu(
-        [](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); },
-        {a.select(0, 0), with_specials({4, 5}, 0.8, {{6, kInf}}, dt), with_specials({4}, 0.9, {{2, kNan}}, dt)});
+    check_cuda_matches_cpu([](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); },
+                           {a.select(0, 0), with_specials({4, 5}, 0.8, {{6, kInf}}, dt),
+                            with_specials({4}, 0.9, {{2, kNan}}, dt)});
   }
 }
 
@@ -179,8 +181,8 @@ TEST_CASE("special values: cross_entropy with NaN and infinite logits") {
       INFO(label(dt, " reduction ", static_cast<int>(reduction)));
       // Sample 0: a NaN logit; sample 2: +inf at its target (inf - inf: NaN); sample 3: -inf at
       // its target (loss +inf); sample 4: -inf elsewhere (a finite loss).
-      const Tensor logits =
-          with_specials({5, 4}, 0.2, {{1, kNan}, {2 * 4 + 2, kInf}, {3 * 4 + 1, -kInf}, {4 * 4 + 0, -kInf}}, dt, 3.0);
+      const Tensor logits = with_specials(
+          {5, 4}, 0.2, {{1, kNan}, {2 * 4 + 2, kInf}, {3 * 4 + 1, -kInf}, {4 * 4 + 0, -kInf}}, dt, 3.0);
       const Tensor target = test::make({3, 0, 2, 1, 2}, {5}, kInt64);
       check_cuda_matches_cpu(
           [reduction](const std::vector<Tensor>& in) {
@@ -208,7 +210,9 @@ TEST_CASE("special values: the fused attention with a NaN query and a NaN key") 
       const Tensor v = pat({1, 7, 3}, 0.3).to(dt);
       CudaCase c;
       c.backward = !is_causal;
-      c.tol = dt == kFloat32 ? test::Tol{1e-5, 1e-5} : dt == kFloat16 ? test::Tol{2e-3, 1e-3} : test::Tol{1.6e-2, 1e-2};
+      c.tol = dt == kFloat32   ? test::Tol{1e-5, 1e-5}
+              : dt == kFloat16 ? test::Tol{2e-3, 1e-3}
+                               : test::Tol{1.6e-2, 1e-2};
       check_cuda_matches_cpu(
           [is_causal](const std::vector<Tensor>& in) {
             auto [out, lse] = flash_attention_forward(in[0], in[1], in[2], Tensor(), 0.5, is_causal);
@@ -249,13 +253,19 @@ TEST_CASE("special values: average pooling, sums, means and variances over infin
   for (DType dt : cuda_float_dtypes()) {
     INFO(dt);
     // Plane 0 holds +inf and -inf in one window (NaN), plane 1 a NaN, plane 2 one +inf.
-    const Tensor x = with_specials({1, 3, 4, 4}, 0.8, {{0, kInf}, {1, -kInf}, {16 + 5, kNan}, {32 + 10, kInf}}, dt);
+    const Tensor x =
+        with_specials({1, 3, 4, 4}, 0.8, {{0, kInf}, {1, -kInf}, {16 + 5, kNan}, {32 + 10, kInf}}, dt);
     check_cuda_matches_cpu([](const std::vector<Tensor>& in) { return avg_pool2d(in[0], {2, 2}); }, {x});
-    check_cuda_matches_cpu([](const std::vector<Tensor>& in) { return adaptive_avg_pool2d(in[0], {1, 1}); }, {x});
+    check_cuda_matches_cpu(
+        [](const std::vector<Tensor>& in) {
+          return adaptive_avg_pool2d(in[0], {1, 1});
+        },
+        {x});
     check_cuda_matches_cpu(
         [](const std::vector<Tensor>& in) {
           Tensor planes = in[0].reshape({3, 16});
-          return std::vector<Tensor>{sum(planes, {1}), mean(planes, {0}), var(planes, {1}), prod(planes, {1})};
+          return std::vector<Tensor>{sum(planes, {1}), mean(planes, {0}), var(planes, {1}),
+                                     prod(planes, {1})};
         },
         {x});
   }
@@ -265,7 +275,8 @@ TEST_CASE("special values: fused_adam_ and fused_sgd_ carry a NaN or inf gradien
   LOOM_REQUIRE_GPU();
   // One step over a parameter whose gradient holds a NaN and an inf: the same elements become
   // NaN (or inf) on both backends, and the others take the CPU's step.
-  const Tensor p0 = pat({37}, 0.4), g0 = with_specials({37}, 0.5, {{3, kNan}, {20, kInf}, {21, -kInf}}, kFloat32);
+  const Tensor p0 = pat({37}, 0.4),
+               g0 = with_specials({37}, 0.5, {{3, kNan}, {20, kInf}, {21, -kInf}}, kFloat32);
   auto on = [](const Tensor& t, Device device) { return std::vector<Tensor>{t.to(device).clone()}; };
   for (bool decoupled : {false, true}) {
     INFO((decoupled ? "AdamW" : "Adam"));
