@@ -126,11 +126,8 @@ void GradScaler::unscale_(Optimizer& optimizer) {
     for (Tensor& param : group.params)
       if (param.grad().defined() && param.grad().numel() > 0) param.grad().storage()->bump_version();
 
+  // Left on the device: step() reads it back only for an optimizer that cannot skip there.
   state.found_inf = found_inf;
-  // Reading the flag waits for the unscale kernels (a device-to-host copy on CUDA): an eager
-  // step() must know now whether to skip, as torch's GradScaler.step does. A captured one leaves
-  // the decision to the device.
-  if (!cuda::current_stream_capturing()) state.found_inf_on_host = found_inf.item<float>() != 0.0f;
   state.has_grads = any_grad;
   state.stage = Stage::kUnscaled;
 }
@@ -154,12 +151,17 @@ bool GradScaler::step(Optimizer& optimizer) {
   LOOM_CHECK(state.has_grads,
              "GradScaler.step: no inf checks were recorded for this optimizer: none of its parameters has a "
              "gradient (did backward run?)");
-  if (capturing) {
+  // On CUDA an optimizer that can skip on the device takes the flag as a tensor, as torch's
+  // fused optimizers take found_inf: the step is queued behind the unscale kernels and nothing
+  // waits for the GPU. Inside a capture that is the only way.
+  if (capturing || (state.found_inf.is_cuda() && optimizer.can_skip_this_step_on_device())) {
     optimizer.step_unless_found_inf(state.found_inf);
     state.stage = Stage::kStepped;
     return true;
   }
-  const bool stepped = !state.found_inf_on_host;
+  // Otherwise the host decides, as torch's GradScaler.step does for other optimizers: on CUDA
+  // reading the flag waits for the unscale kernels (a device-to-host copy).
+  const bool stepped = state.found_inf.item<float>() == 0.0f;
   if (stepped) optimizer.step();
   state.stage = Stage::kStepped;
   return stepped;

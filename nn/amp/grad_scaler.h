@@ -30,7 +30,9 @@
  * (nn::GraphedStep): each replay scales by the scale the replay before left, and skips its own
  * optimizer step on the device when a gradient is inf/NaN. Inside a capture, step() needs an
  * optimizer built with capturable = true (SGD, Adam, AdamW), and nothing is read back to the
- * host. Outside one, step() reads the inf/NaN flag back once per step to decide.
+ * host. Outside one the same optimizer skips on the device too, so an eager float16 step never
+ * waits for the GPU (torch's fused optimizers with found_inf); another optimizer has step() read
+ * the inf/NaN flag back once per step to decide.
  */
 #pragma once
 
@@ -73,9 +75,14 @@ class GradScaler {
 
   // Unscales the gradients if unscale_ was not called, then runs optimizer.step() unless a
   // gradient was inf/NaN. Returns whether the optimizer stepped (disabled: always steps).
-  // Inside a CUDA graph capture the decision belongs to each replay: the optimizer's step is
-  // captured with the flag (Optimizer::step_unless_found_inf), the device skips it, and step()
-  // returns true, meaning "captured"; get_scale() after a replay shows whether it backed off.
+  // With CUDA gradients and an optimizer that skips on the device (SGD, Adam, AdamW built with
+  // capturable = true; Optimizer::can_skip_this_step_on_device() says when: not SGD's first step
+  // with momentum, nor with non-contiguous parameters), the decision is the GPU's, as with
+  // torch's fused optimizers: the step is
+  // queued with the flag (Optimizer::step_unless_found_inf), the device skips it on an inf/NaN,
+  // nothing waits for the GPU, and step() returns true, meaning "queued"; get_scale() after
+  // update() shows whether it backed off. Inside a CUDA graph capture that is the only way, and
+  // true means "captured". Another optimizer on CUDA waits here for the unscale kernels.
   // Throws loom::Error if called twice before update() or if no parameter has a gradient, and,
   // inside a capture, for an optimizer that cannot skip on the device (capturable = false).
   bool step(Optimizer& optimizer);
@@ -111,10 +118,9 @@ class GradScaler {
   enum class Stage { kReady, kUnscaled, kStepped };
   struct OptimizerState {
     Stage stage = Stage::kReady;
-    // Whether a gradient was inf/NaN: on the scale's device (float32 [1], nonzero for yes), and
-    // read back on the host outside a capture.
+    // Whether a gradient was inf/NaN: on the scale's device (float32 [1], nonzero for yes); read
+    // back by step() only for an optimizer that cannot skip on the device.
     Tensor found_inf;
-    bool found_inf_on_host = false;
     bool has_grads = false;  // the unscale_ pass saw at least one gradient (torch: an inf check was recorded)
   };
 

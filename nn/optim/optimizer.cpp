@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/grad_mode.h"
+#include "nn/optim/step_common.h"
 #include "ops/ops.h"
 
 namespace loom::nn {
@@ -124,6 +125,19 @@ void Optimizer::zero_grad(bool set_to_none) {
 
 Optimizer::ParamState& Optimizer::state_of(const Tensor& param) {
   return state_[param.impl()];
+}
+
+const Optimizer::ParamState* Optimizer::find_state(const Tensor& param) const {
+  auto it = state_.find(param.impl());
+  return it == state_.end() ? nullptr : &it->second;
+}
+
+bool Optimizer::can_skip_this_step_on_device() const {
+  if (!can_skip_on_device()) return false;
+  for (const ParamGroup& group : groups_)
+    for (const Tensor& p : group.params)
+      if (p.grad().defined() && !optim_detail::fusable(p)) return false;
+  return true;
 }
 
 StateDict Optimizer::state_dict() const {

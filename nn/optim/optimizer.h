@@ -46,6 +46,11 @@ class Optimizer {
   virtual void step() = 0;
   // Whether step_unless_found_inf works: SGD, Adam and AdamW built with capturable = true.
   virtual bool can_skip_on_device() const { return false; }
+  // Whether step_unless_found_inf can take this step's flag on the device eagerly, outside a
+  // capture: can_skip_on_device(), every parameter with a gradient contiguous (the others take a
+  // per-op path, which cannot skip), and no state missing that only a plain first step starts
+  // (SGD's momentum buffers). GradScaler then leaves the skip of an eager step to the GPU.
+  virtual bool can_skip_this_step_on_device() const;
   // step(), skipped whole on the device (parameters, state and step counts untouched) when
   // found_inf, a float32 tensor of one element, is not 0 when the step runs: GradScaler's route
   // inside a CUDA graph capture, where the host cannot read the flag (torch's fused optimizers
@@ -83,6 +88,8 @@ class Optimizer {
   // The state of one parameter, created on its first step: name -> tensor.
   using ParamState = std::map<std::string, Tensor>;
   ParamState& state_of(const Tensor& param);
+  // The same without creating it: nullptr before the parameter's first step.
+  const ParamState* find_state(const Tensor& param) const;
 
  private:
   std::vector<ParamGroup> groups_;

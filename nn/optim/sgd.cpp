@@ -106,6 +106,18 @@ void SGD::step_unless_found_inf(const Tensor& found_inf) {
   run_step(found_inf);
 }
 
+bool SGD::can_skip_this_step_on_device() const {
+  if (!Optimizer::can_skip_this_step_on_device()) return false;
+  for (const ParamGroup& group : param_groups()) {
+    if (group.option("momentum") == 0) continue;
+    for (const Tensor& p : group.params) {
+      const ParamState* state = find_state(p);
+      if (p.grad().defined() && (state == nullptr || !state->contains(kBuffer))) return false;
+    }
+  }
+  return true;
+}
+
 void SGD::run_step(const Tensor& found_inf) {
   NoGradGuard no_grad;
   const bool capturing = cuda::current_stream_capturing();

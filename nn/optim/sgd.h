@@ -58,6 +58,8 @@ class SGD : public Optimizer {
 
   void step() override;
   bool can_skip_on_device() const override { return options_.capturable; }
+  // Also: every momentum buffer exists (a first step the device skipped would leave it unwritten).
+  bool can_skip_this_step_on_device() const override;
   void step_unless_found_inf(const Tensor& found_inf) override;
   void hyperparameters_changed() override;
 

@@ -150,6 +150,54 @@ TEST_CASE(
   }
 }
 
+// An eager float16 step whose batch overflows (every gradient NaN) and whose targets hold a class
+// out of range. The target's device check fails, and a failed check is reported at the host's next
+// wait for the GPU (core/cuda/device_checks.h): whether a call waits shows as whether it reports.
+// A capturable optimizer takes the inf/NaN flag on the device, so neither step() nor update()
+// waits, and the first wait is the explicit one; another optimizer has step() wait for the flag.
+// Either way the step is skipped and the scale backs off.
+TEST_CASE("amp: an eager step with a capturable optimizer on CUDA is skipped on the device, without a wait") {
+  LOOM_REQUIRE_GPU();
+  for (bool capturable : {true, false}) {
+    CAPTURE(capturable);
+    manual_seed(8);
+    nn::MLP model({6, 4, 3});
+    model.to(kGpu);
+    auto opt = make_optimizer(false, model, capturable);
+    nn::GradScaler scaler(nn::GradScalerOptions{.init_scale = 1024.0});
+    const Tensor x = randn({4, 6}).to(kGpu), y = randint(0, 3, {4}, DType::Int64).to(kGpu);
+    scaled_step(model, *opt, scaler, x, y);  // warm-up: the scale, the lr tensor and the momentum exist
+    const Tensor bad_x = x.clone(), bad_y = test::make({0, 7, 1, 2}, {4}, kInt64).to(kGpu);
+    bad_x[0][0].fill_(1e6);  // past float16's range: the first layer makes inf under autocast
+    std::vector<Tensor> before;
+    for (const Tensor& p : model.parameters()) before.push_back(p.detach().clone());
+    CHECK(scaler.get_scale() == 1024.0);  // a wait: everything before it is checked and clean
+
+    opt->zero_grad();
+    Tensor loss;
+    {
+      AutocastGuard autocast(kGpu, kFloat16);
+      loss = nn::functional::cross_entropy(model.forward(bad_x), bad_y);  // class 7 of 3: the check fails
+    }
+    scaler.scale(loss).backward();
+    if (capturable) {
+      CHECK(scaler.step(*opt));  // queued: the GPU skips it
+      scaler.update();
+      CHECK_THROWS_WITH_AS(cuda::synchronize(), doctest::Contains("nll_loss: a target out of bounds"), Error);
+    } else {
+      CHECK_THROWS_WITH_AS(scaler.step(*opt), doctest::Contains("nll_loss: a target out of bounds"), Error);
+      CHECK_FALSE(scaler.step(*opt));  // the unscaled gradients hold NaN: skipped on the host
+      scaler.update();
+    }
+    const std::vector<Tensor> after = model.parameters();
+    for (size_t i = 0; i < after.size(); ++i) {
+      CAPTURE(i);
+      CHECK(equal(after[i].detach().to(kCPU), before[i].to(kCPU)));
+    }
+    CHECK(scaler.get_scale() == 512.0);
+  }
+}
+
 TEST_CASE("amp: inside a capture GradScaler.step refuses an optimizer that cannot skip on the device") {
   LOOM_REQUIRE_GPU();
   manual_seed(5);

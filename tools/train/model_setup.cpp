@@ -84,9 +84,10 @@ std::shared_ptr<nn::Module> load_teacher(const TrainOptions& o, const Data& d) {
 }
 
 // With --cuda-graph the optimizer is capturable: its captured step reads the step counts and the
-// schedule's lr on the GPU.
+// schedule's lr on the GPU. So it is with --amp fp16 on CUDA: the loss scaler then leaves the skip
+// of an inf/NaN step to the GPU instead of waiting for it every step (nn/amp/grad_scaler.h).
 std::unique_ptr<nn::Optimizer> make_optimizer(const TrainOptions& o, std::vector<Tensor> params) {
-  const bool capturable = o.cuda_graph;
+  const bool capturable = o.cuda_graph || (o.device == DeviceKind::kCuda && o.amp == AmpMode::kFp16);
   switch (o.optimizer) {
     case OptimizerKind::kSgd:
       return std::make_unique<nn::SGD>(
