@@ -63,14 +63,23 @@ Tensor root(const Tensor& sum, double p) {
   return p == 2.0 ? sum.sqrt() : sum.pow(1.0 / p);
 }
 
-// The norm of gradients that all sit contiguous on one CUDA device, clipped without reading
-// anything back before the scaling: torch's foreach clip_grad_norm_, where the factor
-// min(max_norm / (norm + 1e-6), 1) stays a device scalar (multiplying by 1 leaves every value,
-// NaN included, as it was).
-Tensor clip_on_device(const std::vector<Tensor>& grads, Device device, double max_norm, double norm_type) {
-  const Tensor norm = root(foreach_norm_reduce(grads, norm_type, device), norm_type);
-  const Tensor coef = full({}, max_norm, TensorOptions(kFloat64).device(device)).div(norm.add(1e-6)).clamp({}, 1.0);
-  foreach_mul_(grads, coef);
+// The norm of gradients that all sit on one device, clipped without reading anything back:
+// torch's foreach clip_grad_norm_, where the factor min(max_norm / (norm + 1e-6), 1) stays a
+// device scalar (multiplying by 1 leaves every value, NaN included, as it was). The contiguous
+// gradients go through the foreach ops, the others through tensor ops, still on the device.
+Tensor clip_on_device(const Grads& grads, Device device, double max_norm, double norm_type) {
+  const TensorOptions f64 = TensorOptions(kFloat64).device(device);
+  Tensor sum = grads.contiguous.empty() ? zeros({}, f64)
+                                        : foreach_norm_reduce(grads.contiguous[0].second, norm_type, device);
+  for (const Tensor& g : grads.other) {
+    // maximum keeps a NaN, as the infinity norm's reduction does.
+    if (norm_type == kInf) sum = maximum(sum, g.abs().amax().to(kFloat64));
+    else sum = sum.add(g.norm(norm_type).to(kFloat64).pow(norm_type));
+  }
+  const Tensor norm = root(sum, norm_type);
+  const Tensor coef = full({}, max_norm, f64).div(norm.add(1e-6)).clamp({}, 1.0);
+  if (!grads.contiguous.empty()) foreach_mul_(grads.contiguous[0].second, coef);
+  for (Tensor g : grads.other) g.mul_(coef.to(g.dtype()));
   return norm;
 }
 
@@ -86,15 +95,14 @@ Tensor clip_grad_norm_on_device_(const std::vector<Tensor>& params, double max_n
   check_clip_arguments(kFn, max_norm, norm_type);
   NoGradGuard no_grad;
   const Grads grads = collect_grads(params, kFn);  // every parameter defined
+  if (grads.empty()) return Tensor();
+  const Device device = grads.contiguous.empty() ? grads.other[0].device() : grads.contiguous[0].first;
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& grad = params[i].grad();
-    LOOM_CHECK(!grad.defined() || grad.is_contiguous(), kFn, ": the gradient of parameter ", i, " (shape ",
-               grad.sizes(), ") is not contiguous; the device form takes contiguous gradients only");
+    LOOM_CHECK(!grad.defined() || grad.device() == device, kFn, ": the gradients are on ", device, " and ",
+               grad.device(), " (parameter ", i, "); the device form takes gradients on one device");
   }
-  if (grads.empty()) return Tensor();
-  LOOM_CHECK(grads.contiguous.size() == 1, kFn, ": the gradients are on ", grads.contiguous[0].first, " and ",
-             grads.contiguous[1].first, "; the device form takes gradients on one device");
-  return clip_on_device(grads.contiguous[0].second, grads.contiguous[0].first, max_norm, norm_type);
+  return clip_on_device(grads, device, max_norm, norm_type);
 }
 
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
@@ -106,9 +114,7 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   if (grads.other.empty() && grads.contiguous.size() == 1 && grads.contiguous[0].first.is_cuda() &&
       !error_if_nonfinite)
     // The one synchronisation of this path: the norm is returned as a double (torch's .item()).
-    return clip_on_device(grads.contiguous[0].second, grads.contiguous[0].first, max_norm, norm_type)
-        .to(kCPU)
-        .item<double>();
+    return clip_on_device(grads, grads.contiguous[0].first, max_norm, norm_type).to(kCPU).item<double>();
 
   // Each device's sum read back (no wait on the CPU), then the others', in order.
   double sum = 0;

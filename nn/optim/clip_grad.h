@@ -36,9 +36,11 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
 
 // The same clipping, returning the norm as a float64 0-dim tensor on the gradients' device
 // without reading it back, so that it can run inside a CUDA-graph capture (core/cuda_graph.h)
-// and each replay clips with the norm of its own gradients. Every gradient must be contiguous
-// and on one device; throws loom::Error naming the parameter otherwise, and for the arguments
-// clip_grad_norm_ refuses. With no gradient, returns undefined.
+// and each replay clips with the norm of its own gradients, and so that an eager step need not
+// wait for the GPU (torch's clip_grad_norm_ returns a tensor too). Every gradient must be on one
+// device (non-contiguous ones go through tensor ops there); throws loom::Error naming the
+// parameter otherwise, and for the arguments clip_grad_norm_ refuses. With no gradient, returns
+// undefined.
 Tensor clip_grad_norm_on_device_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
 
 // Clamps every element of every parameter's gradient to [-clip_value, clip_value] in place

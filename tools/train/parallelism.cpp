@@ -364,8 +364,8 @@ void Parallelism::step(nn::GradScaler& scaler, double clip) {
     else if (fsdp_)  // each rank holds a shard of the averaged gradient: the norm sums them all
       distributed::clip_grad_norm_across(local_->parameters(), local_->parameters(), clip, {&mesh_->data_group()});
 #endif
-    else
-      nn::clip_grad_norm_(local_->parameters(), clip);
+    else  // the norm is not needed here, so it is not read back: on CUDA the step does not wait
+      nn::clip_grad_norm_on_device_(local_->parameters(), clip);
   }
   scaler.step(*optimizer_);
   scaler.update();
