@@ -1,6 +1,6 @@
 /*
- * CUDA linear_activation (cuBLASLt's RELU_BIAS / GELU_AUX_BIAS epilogues, the erf GELU after the
- * GEMM) and linear_weight_grad (the BGRADB epilogue) against the CPU, forward and backward, for
+ * CUDA linear_activation (cuBLASLt's GELU_AUX_BIAS epilogue; relu and the erf GELU after the GEMM,
+ * in place) and linear_weight_grad (the BGRADB epilogue) against the CPU, forward and backward, for
  * f32, f64, f16 and bf16, with and without a bias, batched inputs, an output width that is not
  * a multiple of 8 (no aux matrix: the GEMM, then the activation kernel) and a transposed input.
  * linear_activation_linear, forward and backward, and linear_input_grad_activation (the DGELU /
