@@ -78,11 +78,11 @@ class GradScaler {
   // With CUDA gradients and an optimizer that skips on the device (SGD, Adam, AdamW built with
   // capturable = true; Optimizer::can_skip_this_step_on_device() says when: not SGD's first step
   // with momentum, nor with non-contiguous parameters), the decision is the GPU's, as with
-  // torch's fused optimizers: the step is
-  // queued with the flag (Optimizer::step_unless_found_inf), the device skips it on an inf/NaN,
-  // nothing waits for the GPU, and step() returns true, meaning "queued"; get_scale() after
-  // update() shows whether it backed off. Inside a CUDA graph capture that is the only way, and
-  // true means "captured". Another optimizer on CUDA waits here for the unscale kernels.
+  // torch's fused optimizers: the step is queued with the flag (Optimizer::step_unless_found_inf),
+  // the device skips it on an inf/NaN, nothing waits for the GPU, and step() returns true,
+  // meaning "queued"; get_scale() after update() shows whether it backed off. Inside a CUDA graph
+  // capture that is the only way, and true means "captured". Another optimizer on CUDA waits
+  // here for the unscale kernels.
   // Throws loom::Error if called twice before update() or if no parameter has a gradient, and,
   // inside a capture, for an optimizer that cannot skip on the device (capturable = false).
   bool step(Optimizer& optimizer);
