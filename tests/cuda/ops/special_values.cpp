@@ -7,10 +7,11 @@
  * backward, as PyTorch's kernels do.
  *
  * These are the places where a max(x, 0), an fmaxf or a clamp inside one fused step can quietly
- * turn a NaN into a number: cuBLASLt's RELU epilogue does exactly that (relu(NaN) is 0 there, as
- * its users report), so a model whose weights went NaN would train on with finite losses on the
- * GPU and stop on the CPU. The elementwise ops, max/min reductions, max pooling, clamp and the
- * AMP check have special-value cases in their own files.
+ * turn a NaN into a number. cuBLASLt's RELU epilogue does exactly that (relu(NaN) is 0 there, as
+ * its users report): while linear_activation used it, a model whose weights went NaN trained on
+ * with finite losses on the GPU and stopped on the CPU. The flash attention's `l > 0` tests made
+ * a NaN row 0 on the CPU and gave it zero gradients on CUDA. The elementwise ops, max/min
+ * reductions, max pooling, clamp and the AMP check have special-value cases in their own files.
  */
 #include <cmath>
 #include <limits>
