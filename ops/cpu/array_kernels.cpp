@@ -170,11 +170,18 @@ void gelu_backward_array(const A* gp, const A* xp, A* outp, int64_t n, bool tanh
     });
     return;
   }
-  const auto len = static_cast<Eigen::Index>(n);
-  ConstArrayMap<A> g(gp, len), x(xp, len);
+  // phi through exp_array, whose exp(-inf) is exactly 0: with Eigen's clamped exp (SSE2, AVX2)
+  // phi(inf) was 1e-39 and gelu'(inf) = 1 + inf * phi came out inf instead of NaN (PyTorch's, and
+  // the AVX-512 build's and the GPU's).
   const A inv_sqrt_2pi = A(0.39894228040143267794);
-  ArrayMap<A>(outp, len) = g * (A(0.5) * (A(1) + (x * A(0.70710678118654752440)).erf()) +
-                                x * inv_sqrt_2pi * (A(-0.5) * x.square()).exp());
+  for_each_block(n, [&](int64_t i, int64_t len) {
+    alignas(64) A e[kBlock];
+    ConstArrayMap<A> g(gp + i, len), x(xp + i, len);
+    ArrayMap<A>(e, len) = A(-0.5) * x.square();
+    exp_array(e, e, len);
+    ArrayMap<A>(outp + i, len) = g * (A(0.5) * (A(1) + (x * A(0.70710678118654752440)).erf()) +
+                                      x * inv_sqrt_2pi * ConstArrayMap<A>(e, len));
+  });
 }
 
 // ---- layer norm rows -------------------------------------------------------------------------

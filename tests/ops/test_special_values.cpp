@@ -1,10 +1,14 @@
 /* Infinities and underflow through the vectorised transcendental paths: exp(-inf) is exactly
- * 0 (Eigen's AVX2 exp alone gives 2.9e-39), so masked logits give exactly zero probability. */
+ * 0 (Eigen's AVX2 exp alone gives 2.9e-39), so masked logits give exactly zero probability; and
+ * GELU's gradient at the infinities is the same in every instruction set. */
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
 
+#include "ops/cpu/vector_isa.h"
 #include "ops/ops.h"
 
 using namespace loom;
@@ -33,4 +37,33 @@ TEST_CASE("exp, softmax and log_softmax with -inf entries give exact zeros") {
       }
     }
   }
+}
+
+// gelu'(x) = Phi(x) + x phi(x) (erf) and its tanh form: at +-inf, inf * phi(inf) and inf * (1 - t^2)
+// are inf * 0, NaN, as PyTorch computes them on either device; at large finite x, 1 or ~0. Eigen's
+// clamped exp made phi(inf) 1e-39 in SSE2 and AVX2 code, so the erf form's gradient at +inf was
+// inf there and NaN in AVX-512 code (and on the GPU). 40 values: the vector body sees each.
+TEST_CASE("gelu_backward at the infinities is NaN in every instruction set, 1 or 0 at large x") {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> x(40, 0.5);
+  x[3] = inf, x[17] = -inf, x[21] = 30.0, x[30] = -30.0;
+  const cpu::VectorIsa saved = cpu::vector_isa();
+  for (cpu::VectorIsa isa : {cpu::VectorIsa::Baseline, cpu::VectorIsa::Avx2, cpu::VectorIsa::Avx512}) {
+    cpu::set_vector_isa(isa);
+    for (DType dt : {kFloat32, kFloat64}) {
+      for (const char* approximate : {"none", "tanh"}) {
+        const std::string isa_name = cpu::vector_isa_name(cpu::vector_isa()), form = approximate;
+        CAPTURE(isa_name);
+        CAPTURE(dt);
+        CAPTURE(form);
+        const std::vector<double> g =
+            gelu_backward(ones({40}, dt), tensor<double>(x, {40}).to(dt), approximate).to_vector<double>();
+        CHECK(std::isnan(g[3]));
+        CHECK(std::isnan(g[17]));
+        CHECK(g[21] == doctest::Approx(1.0).epsilon(1e-12));
+        CHECK(std::abs(g[30]) < 1e-30);
+      }
+    }
+  }
+  cpu::set_vector_isa(saved);
 }
