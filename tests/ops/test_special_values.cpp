@@ -41,8 +41,8 @@ TEST_CASE("exp, softmax and log_softmax with -inf entries give exact zeros") {
 
 // gelu'(x) = Phi(x) + x phi(x) (erf) and its tanh form: at +-inf, inf * phi(inf) and inf * (1 - t^2)
 // are inf * 0, NaN, as PyTorch computes them on either device; at large finite x, 1 or ~0. Eigen's
-// clamped exp made phi(inf) 1e-39 in SSE2 and AVX2 code, so the erf form's gradient at +inf was
-// inf there and NaN in AVX-512 code (and on the GPU). 40 values: the vector body sees each.
+// clamped exp made phi(+-inf) 1e-39 in SSE2 and AVX2 code, so the erf form's gradient at +-inf was
+// +-inf there and NaN in AVX-512 code (and on the GPU). 40 values: the vector body sees each.
 TEST_CASE("gelu_backward at the infinities is NaN in every instruction set, 1 or 0 at large x") {
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<double> x(40, 0.5);
