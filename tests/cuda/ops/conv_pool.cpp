@@ -279,10 +279,7 @@ TEST_CASE("conv_pool: cudnn_convolution runs dense float convolutions and declin
 // off the cases reach them here (the emulated cuDNN runs every case above).
 TEST_CASE("conv_pool: conv2d with cuDNN off runs Loom's kernels") {
   LOOM_REQUIRE_GPU();
-  struct CudnnOff {
-    CudnnOff() { cuda::set_cudnn_enabled(false); }
-    ~CudnnOff() { cuda::set_cudnn_enabled(true); }
-  } off;
+  test::CudnnEnabledGuard off(false);
   for (const ConvCase& cc : conv_cases()) {
     check_conv(cc, kFloat32, layouts()[0], false);
     check_conv(cc, kFloat16, layouts()[1], true);

@@ -14,10 +14,12 @@
 #include <functional>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "autograd/autograd.h"
+#include "ops/cuda/cudnn_conv.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 #include "tests/gpu_test.h"
@@ -36,6 +38,22 @@ struct CudaCovers {
 #define LOOM_CUDA_COVERS_CAT(a, b) LOOM_CUDA_COVERS_CAT2(a, b)
 #define LOOM_CUDA_COVERS(...) \
   static const ::loom::test::CudaCovers LOOM_CUDA_COVERS_CAT(loom_cuda_covers_, __LINE__) { __VA_ARGS__ }
+
+// "a b c" for the failure context (doctest's INFO takes one expression).
+template <class... Args>
+std::string label(const Args&... args) {
+  std::ostringstream os;
+  ((os << args << ' '), ...);
+  return os.str();
+}
+
+// cuDNN on or off for a scope, and back on at its end, also when a REQUIRE throws.
+struct CudnnEnabledGuard {
+  explicit CudnnEnabledGuard(bool on) { cuda::set_cudnn_enabled(on); }
+  ~CudnnEnabledGuard() { cuda::set_cudnn_enabled(true); }
+  CudnnEnabledGuard(const CudnnEnabledGuard&) = delete;
+  CudnnEnabledGuard& operator=(const CudnnEnabledGuard&) = delete;
+};
 
 struct CudaCase {
   bool backward = true;     // also compare the gradients of the floating inputs

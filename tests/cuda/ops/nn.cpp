@@ -24,20 +24,13 @@ namespace {
 using test::check_cuda_matches_cpu;
 using test::cuda_float_dtypes;
 using test::CudaCase;
+using test::label;
 using test::make;
 using test::pat;
 
 LOOM_CUDA_COVERS(Op::softmax, Op::softmax_backward, Op::log_softmax, Op::log_softmax_backward, Op::layer_norm,
                  Op::layer_norm_backward, Op::batch_norm, Op::batch_norm_backward, Op::nll_loss,
                  Op::nll_loss_backward);
-
-// "a b c" for the failure context (doctest's INFO takes one expression).
-template <class... Args>
-std::string label(const Args&... args) {
-  std::ostringstream os;
-  ((os << args << ' '), ...);
-  return os.str();
-}
 
 Tensor values(IntArrayRef shape, DType dt, double seed, double scale = 2.0) {
   return pat(shape, seed, scale).to(dt);
@@ -205,12 +198,8 @@ TEST_CASE("nn batch_norm on channels_last activations matches the CPU, with cuDN
   LOOM_REQUIRE_GPU();
   const std::vector<int64_t> shape{3, 5, 4, 3};
   const int64_t c = shape[1];
-  struct CudnnSwitch {  // back on at the end, also when a REQUIRE throws
-    explicit CudnnSwitch(bool on) { cuda::set_cudnn_enabled(on); }
-    ~CudnnSwitch() { cuda::set_cudnn_enabled(true); }
-  };
   for (bool cudnn : {true, false}) {
-    CudnnSwitch use(cudnn);
+    test::CudnnEnabledGuard use(cudnn);
     for (DType dt : cuda_float_dtypes()) {
       for (bool training : {true, false}) {
         for (bool affine : {true, false}) {

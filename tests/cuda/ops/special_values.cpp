@@ -15,12 +15,10 @@
  */
 #include <cmath>
 #include <limits>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "ops/cuda/cudnn_conv.h"
 #include "tests/cuda/ops/cuda_test_util.h"
 
 namespace loom {
@@ -29,17 +27,10 @@ namespace {
 using test::check_cuda_matches_cpu;
 using test::cuda_float_dtypes;
 using test::CudaCase;
+using test::label;
 using test::pat;
 
-// "a b c" for the failure context (doctest's INFO takes one expression).
-template <class... Args>
-std::string label(const Args&... args) {
-  std::ostringstream os;
-  ((os << args << ' '), ...);
-  return os.str();
-}
-
-#if defined(LOOM_CUDA_EMULATED)  // defined by the emulated cuda_runtime_api.h (through cudnn_conv.h)
+#if defined(LOOM_CUDA_EMULATED)  // defined by the emulated cuda_runtime_api.h (through cuda_test_util.h)
 constexpr bool kEmulated = true;
 #else
 constexpr bool kEmulated = false;
@@ -226,8 +217,8 @@ TEST_CASE("special values: the fused attention with a NaN query and a NaN key") 
       // is NaN (causal rows 0..4 do not see it). Gradients are compared without causality only:
       // with it, a masked pair's zero times the NaN query or key is NaN where a kernel multiplies
       // it in and nothing where it skips the pair, which depends on the kernel's tiles (the CPU
-      // skips, the GPU's tiles multiply, and so do PyTorch's). For the same reason v holds no
-      // infinity here.
+      // skips, the GPU's tiles multiply, as tiled attention kernels do). For the same reason v
+      // holds no infinity here.
       const Tensor q = with_specials({1, 6, 4}, 0.1, {{5, kNan}}, dt, 1.5);
       const Tensor k = with_specials({1, 7, 4}, 0.2, {{5 * 4 + 2, kNan}}, dt, 1.5);
       const Tensor v = pat({1, 7, 3}, 0.3).to(dt);
@@ -249,10 +240,7 @@ TEST_CASE("special values: the fused attention with a NaN query and a NaN key") 
 TEST_CASE("special values: conv2d with NaN and infinite inputs, through cuDNN and Loom's kernels") {
   LOOM_REQUIRE_GPU();
   for (bool with_cudnn : {true, false}) {
-    struct CudnnChoice {
-      explicit CudnnChoice(bool on) { cuda::set_cudnn_enabled(on); }
-      ~CudnnChoice() { cuda::set_cudnn_enabled(true); }
-    } choice(with_cudnn);
+    test::CudnnEnabledGuard choice(with_cudnn);
     for (DType dt : cuda_float_dtypes()) {
       INFO(label(dt, (with_cudnn ? " cuDNN" : " Loom's kernels")));
       // x [2, 3, 6, 6]: a NaN in sample 0, an inf in sample 1; a NaN weight in output channel 3.
