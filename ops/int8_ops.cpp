@@ -104,10 +104,11 @@ Tensor int8_max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::arra
                ")");
     out_shape[2 + d] = (x.size(2 + d) + 2 * padding[d] - kernel[d]) / stride[d] + 1;
   }
-  LOOM_CHECK(out_shape[2] >= 1 && out_shape[3] >= 1 && x.size(0) * x.size(1) > 0, op,
-             ": empty output for input ", x.sizes(), " and kernel (", kernel[0], ", ", kernel[1], ")");
+  LOOM_CHECK(out_shape[2] >= 1 && out_shape[3] >= 1, op, ": the kernel (", kernel[0], ", ", kernel[1],
+             ") with padding (", padding[0], ", ", padding[1], ") does not fit input ", x.sizes());
   Tensor out = empty_4d(out_shape, x.options(), is_channels_last(x));
-  get_kernel<Op::int8_max_pool2d>(x.device())(out, Tensor(), x, p);
+  // A batch of 0 (or no channels) pools to an empty output, as max_pool2d's does.
+  if (out.numel() > 0) get_kernel<Op::int8_max_pool2d>(x.device())(out, Tensor(), x, p);
   return out;
 }
 

@@ -37,8 +37,8 @@ Tensor int8_im2col(const Tensor& x, std::array<int64_t, 2> kernel, const Conv2dP
 // Max pooling of uint8 or int8 [N, C, H, W] (torch's floor mode, no dilation): dequantization is
 // increasing, so the max of the integers is the max of the real values and the qparams pass
 // through. The output has x's dtype and is NHWC-strided when x is (contiguous NCHW otherwise);
-// padded positions never win. Throws loom::Error unless kernel, stride >= 1, 0 <= padding <=
-// kernel / 2 and the output is not empty.
+// padded positions never win. A batch of 0 gives an empty output. Throws loom::Error unless
+// kernel, stride >= 1, 0 <= padding <= kernel / 2 and the kernel fits the padded input.
 Tensor int8_max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
                        std::array<int64_t, 2> padding);
 

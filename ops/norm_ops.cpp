@@ -99,7 +99,8 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_forward(const Tensor& x, const Ten
   check_param(running_var, x, c_shape, op, "running_var");
   LOOM_CHECK(eps >= 0, op, ": expected eps >= 0, got ", eps);
   if (training) {
-    LOOM_CHECK(channels == 0 || x.numel() / channels > 1, op,
+    // PyTorch's rule: one value per channel has no variance. No values (a batch of 0) is allowed.
+    LOOM_CHECK(channels == 0 || x.numel() / channels != 1, op,
                ": Expected more than 1 value per channel when training, got input shape ", x.sizes());
   } else {
     LOOM_CHECK(running_mean.defined() && running_var.defined(), op,
@@ -111,6 +112,14 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_forward(const Tensor& x, const Ten
   Tensor out = empty_4d(x.sizes(), x.options(), channels_last);
   Tensor save_mean = empty(c_shape, x.options().dtype(sd));
   Tensor save_invstd = empty(c_shape, x.options().dtype(sd));
+  if (training && x.numel() == 0) {
+    // A batch of 0, as PyTorch treats it: an empty output, running statistics left as they are
+    // (there is no batch statistic to blend in), and the batch's mean and 1/std undefined (NaN,
+    // as mean() of nothing is); the backward gives zero gradients to weight and bias.
+    fill_(save_mean, NAN);
+    fill_(save_invstd, NAN);
+    return {out, save_mean, save_invstd};
+  }
   get_kernel<Op::batch_norm>(x.device())(out, save_mean, save_invstd, xc, as_stats(weight, sd),
                                          as_stats(bias, sd), running_mean, running_var, training, momentum,
                                          eps);
@@ -166,9 +175,17 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& grad_out, c
     grad_weight = empty(c_shape, x.options().dtype(sd));
     grad_bias = empty(c_shape, x.options().dtype(sd));
   }
-  get_kernel<Op::batch_norm_backward>(x.device())(
-      grad_input, grad_weight, grad_bias, in_format(to(grad_out, x.dtype()), channels_last),
-      in_format(x, channels_last), as_stats(weight, sd), as_stats(save_mean, sd), as_stats(save_invstd, sd));
+  if (x.numel() == 0) {
+    // Sums over no values, whatever the (undefined) statistics of a batch of 0 are.
+    if (weight.defined()) {
+      fill_(grad_weight, 0);
+      fill_(grad_bias, 0);
+    }
+  } else {
+    get_kernel<Op::batch_norm_backward>(x.device())(
+        grad_input, grad_weight, grad_bias, in_format(to(grad_out, x.dtype()), channels_last),
+        in_format(x, channels_last), as_stats(weight, sd), as_stats(save_mean, sd), as_stats(save_invstd, sd));
+  }
   if (weight.defined()) {
     grad_weight = to(grad_weight, weight.dtype());
     grad_bias = to(grad_bias, weight.dtype());

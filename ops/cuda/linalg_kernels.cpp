@@ -51,6 +51,9 @@ struct ColumnMajor {
 // The in-place description, or nothing if the strides need a copy. A size-1 dim's stride is
 // never used, so it does not disqualify a layout.
 std::optional<ColumnMajor> column_major(int64_t rows, int64_t cols, int64_t sr, int64_t sc) {
+  // A matrix of no elements is never read, and its strides may be anything (an expanded empty
+  // gradient has stride 0 everywhere, and contiguous() keeps it): the smallest legal ld.
+  if (rows == 0 || cols == 0) return ColumnMajor{BlasOp::kN, std::max<int64_t>(1, cols)};
   // Stored as the cols x rows column-major matrix itself (op N): unit column stride, ld = sr >= cols.
   if ((sc == 1 || cols <= 1) && (rows <= 1 || sr >= std::max<int64_t>(1, cols)))
     return ColumnMajor{BlasOp::kN, rows <= 1 ? std::max<int64_t>(1, cols) : sr};

@@ -268,6 +268,25 @@ TEST_CASE("batch_norm_backward matches finite differences of the training forwar
   CHECK(gw3.dtype() == kFloat32);
 }
 
+TEST_CASE("batch_norm of a batch of 0: an empty output, running stats untouched, zero parameter gradients") {
+  // torch.nn.functional.batch_norm(torch.empty(0, 3, 2, 2), rm, rv, w, b, training=True) returns
+  // an empty tensor and leaves rm and rv alone; w and b get zero gradients.
+  for (bool training : {true, false}) {
+    CAPTURE(training);
+    Tensor rm = make({0.5, -1, 2}, {3}, kFloat32), rv = make({1, 2, 3}, {3}, kFloat32);
+    Tensor w = make({1, 2, 3}, {3}, kFloat32), b = make({0, 1, 0}, {3}, kFloat32);
+    Tensor x = zeros({0, 3, 2, 2});
+    auto [out, save_mean, save_invstd] = batch_norm_forward(x, w, b, rm, rv, training, 0.1, 1e-5);
+    CHECK(out.sizes() == IntArrayRef{0, 3, 2, 2});
+    check_close(rm, {0.5, -1, 2}, {0, 0});
+    check_close(rv, {1, 2, 3}, {0, 0});
+    auto [gx, gw, gb] = batch_norm_backward(zeros({0, 3, 2, 2}), x, w, save_mean, save_invstd);
+    CHECK(gx.sizes() == IntArrayRef{0, 3, 2, 2});
+    check_close(gw, {0, 0, 0}, {0, 0});
+    check_close(gb, {0, 0, 0}, {0, 0});
+  }
+}
+
 TEST_CASE("batch_norm errors") {
   CHECK_THROWS_WITH_AS(batch_norm(zeros({1, 3}), {}, {}, {}, {}, true),
                        doctest::Contains("batch_norm: Expected more than 1 value per channel when training"),

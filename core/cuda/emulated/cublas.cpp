@@ -109,6 +109,9 @@ bool plan_for(cudaDataType at, cudaDataType bt, cudaDataType ct, cublasComputeTy
     case CUBLAS_COMPUTE_64F_PEDANTIC:
       plan = {Accumulate::kDouble, InputRounding::kNone};
       return at == CUDA_R_64F && ct == CUDA_R_64F;
+    case CUBLAS_COMPUTE_32I:
+    case CUBLAS_COMPUTE_32I_PEDANTIC:
+      return false;  // known_compute() keeps them out (below)
   }
   return false;
 }
@@ -125,6 +128,11 @@ bool known_compute(cublasComputeType_t c) {
     case CUBLAS_COMPUTE_32F_FAST_16BF:
     case CUBLAS_COMPUTE_32F_FAST_TF32:
       return true;
+    case CUBLAS_COMPUTE_32I:
+    case CUBLAS_COMPUTE_32I_PEDANTIC:
+      // cublasGemmEx has an INT8 form that this emulator leaves out: Loom's INT8 products go
+      // through cuBLASLt (cublasLt.cpp), so a GemmEx call with these is a Loom bug.
+      return false;
   }
   return false;
 }

@@ -42,6 +42,9 @@ inline double load(cudaDataType t, const void* p, int64_t i) {
       return loom::detail::half_bits_to_float(static_cast<const uint16_t*>(p)[i]);
     case CUDA_R_16BF:
       return loom::detail::bf16_bits_to_float(static_cast<const uint16_t*>(p)[i]);
+    case CUDA_R_8I:
+    case CUDA_R_32I:
+      break;  // known_type() keeps them out: the INT8 product (cublasLt.cpp) reads its integers itself
   }
   return 0;
 }
@@ -60,6 +63,9 @@ inline void store(cudaDataType t, void* p, int64_t i, double v) {
     case CUDA_R_16BF:
       static_cast<uint16_t*>(p)[i] = loom::detail::float_to_bf16_bits(static_cast<float>(v));
       break;
+    case CUDA_R_8I:
+    case CUDA_R_32I:
+      break;  // as in load()
   }
 }
 
