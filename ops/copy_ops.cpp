@@ -11,12 +11,16 @@ namespace loom {
 const Tensor& copy_(const Tensor& dst, const Tensor& src) {
   check_defined(dst, "copy_", "destination");
   check_defined(src, "copy_", "source");
+  check_writable(dst, "copy_");
   // Recorded before the data changes, so that a refused in-place write (a leaf that requires
   // grad) leaves dst as it was. to(), clone() and contiguous() are recorded here too.
   if (should_record(dst, src)) record_copy_(dst, src);
   AutoGradMode below_autograd(false);
   Tensor source = src.sizes() == dst.sizes() ? src : expand(src, dst.sizes());
   if (dst.numel() == 0) return dst;
+  // a.narrow(0, 1, n).copy_(a.narrow(0, 0, n)) reads all of the source before writing, as NumPy
+  // does; a kernel copying in place would read what it already wrote, differently on each backend.
+  source = unaliased(source, dst);
   // A copy that involves a GPU runs on the CUDA backend (it handles both directions).
   Device device = dst.is_cuda() ? dst.device() : src.device();
   get_kernel<Op::copy>(device)(dst, source);

@@ -93,22 +93,6 @@ Tensor binary(const Operand& a, const Operand& b, BinaryKind kind) {
 
 // ---- in-place -----------------------------------------------------------------------------------
 
-// Writing into a tensor with stride-0 (expanded) dims would write one element several times.
-void check_writable(const Tensor& self, std::string_view op) {
-  for (int64_t d = 0; d < self.dim(); ++d)
-    LOOM_CHECK(self.strides()[d] != 0 || self.sizes()[d] <= 1, op,
-               ": cannot write in place into a tensor whose elements share memory (shape ", self.sizes(),
-               ", strides ", self.strides(), "); clone() it first");
-}
-
-// An input that shares memory with the output, other than as the very same elements, would
-// be read after being overwritten: copy it first.
-Tensor unaliased(const Tensor& input, const Tensor& self) {
-  if (!input.shares_storage(self)) return input;
-  if (input.data_ptr() == self.data_ptr() && input.strides() == self.strides()) return input;
-  return clone(input);
-}
-
 // Runs the kernel call `run(out, self_as_input)` for an in-place op on self: straight into
 // self when it has the compute dtype, else through a temporary converted back.
 template <class Run>

@@ -19,6 +19,7 @@ namespace {
 template <Op op>
 const Tensor& random_fill(const Tensor& x, double a, double b, Generator* generator) {
   check_defined(x, op_name(op));
+  check_writable(x, std::string(op_name(op)) + "_");
   if (x.numel() == 0) return x;
   Generator& gen = generator ? *generator : default_generator();
   const auto counters = static_cast<uint64_t>(x.numel());

@@ -1,9 +1,24 @@
-/* Dim-list normalisation shared by reductions and other dim-taking ops. */
+/* Write checks for in-place ops, and dim-list normalisation shared by dim-taking ops. */
 #include "ops/op_utils.h"
 
 #include <algorithm>
 
+#include "ops/copy_ops.h"
+
 namespace loom {
+
+void check_writable(const Tensor& self, std::string_view op) {
+  for (int64_t d = 0; d < self.dim(); ++d)
+    LOOM_CHECK(self.strides()[d] != 0 || self.sizes()[d] <= 1, op,
+               ": cannot write in place into a tensor whose elements share memory (shape ", self.sizes(),
+               ", strides ", self.strides(), "); clone() it first");
+}
+
+Tensor unaliased(const Tensor& input, const Tensor& self) {
+  if (!input.shares_storage(self)) return input;
+  if (input.data_ptr() == self.data_ptr() && input.strides() == self.strides()) return input;
+  return clone(input);
+}
 
 DimVector normalize_dims(IntArrayRef dims, int64_t ndim, std::string_view op) {
   DimVector out;

@@ -27,6 +27,14 @@ inline void check_dim(const Tensor& t, int64_t dim, std::string_view op, std::st
   LOOM_CHECK(t.dim() == dim, op, ": expected ", what, " to be ", dim, "-D, got shape ", t.sizes());
 }
 
+// Writing into a tensor with stride-0 (expanded) dims would write one element several times,
+// in an order that differs between backends: refused, as PyTorch refuses it.
+void check_writable(const Tensor& self, std::string_view op);
+
+// `input` itself, or a copy of it when it shares memory with `self` other than as the very same
+// elements: an op writing into self would otherwise read some of input after overwriting it.
+Tensor unaliased(const Tensor& input, const Tensor& self);
+
 // Sorted, unique, wrapped dims; empty `dims` means all dims.
 DimVector normalize_dims(IntArrayRef dims, int64_t ndim, std::string_view op);
 

@@ -44,6 +44,23 @@ TEST_CASE("host <-> device copies with casts and strides match the CPU") {
   CHECK(g.t().contiguous().to(kCPU).t().to_vector<float>() == expect);  // device-side transpose copy
 }
 
+TEST_CASE("a device copy between overlapping views gives the CPU's result (the source as it was)") {
+  LOOM_REQUIRE_GPU();
+  // A kernel copying in place would read elements it had already written, in an order of its own.
+  for (auto [dst_at, src_at] : {std::pair<int64_t, int64_t>{1, 0}, {0, 1}}) {
+    CAPTURE(dst_at);
+    Tensor cpu = arange(0, 4096, 1, kFloat32), gpu = cpu.to(Device::cuda());
+    cpu.narrow(0, dst_at, 4095).copy_(cpu.narrow(0, src_at, 4095));
+    gpu.narrow(0, dst_at, 4095).copy_(gpu.narrow(0, src_at, 4095));
+    CHECK(equal(gpu.to(kCPU), cpu));
+    CHECK(cpu[dst_at == 1 ? 4095 : 0].item<float>() == (dst_at == 1 ? 4094.0f : 1.0f));
+  }
+  Tensor m = arange(0, 64 * 64, 1, TensorOptions(kFloat32).device(Device::cuda())).view({64, 64});
+  Tensor expected = m.t().contiguous().to(kCPU);
+  m.copy_(m.t());
+  CHECK(equal(m.to(kCPU), expected));
+}
+
 TEST_CASE("ops without a CUDA kernel say so") {
   LOOM_REQUIRE_GPU();
   Tensor g = ones({3}, Device::cuda());

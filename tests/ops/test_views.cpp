@@ -265,3 +265,30 @@ TEST_CASE("writes through a view reach the base; broadcast_tensors expands") {
   CHECK_THROWS_WITH_AS(broadcast_tensors({zeros({3}), zeros({4})}),
                        doctest::Contains("broadcast_tensors: shapes [3] and [4] cannot be broadcast"), Error);
 }
+
+TEST_CASE("copy_ between overlapping views reads the whole source first; into an expanded view it is refused") {
+  // NumPy's rule for overlapping copies (PyTorch refuses these with "some elements of the input
+  // tensor and the written-to tensor refer to a single memory location"): the result is the
+  // source's values before the copy, whichever order a kernel writes in.
+  Tensor a = arange(0, 8, 1, kInt64);
+  a.narrow(0, 1, 7).copy_(a.narrow(0, 0, 7));
+  CHECK(values(a) == std::vector<int64_t>{0, 0, 1, 2, 3, 4, 5, 6});
+  Tensor b = arange(0, 8, 1, kInt64);
+  b.narrow(0, 0, 7).copy_(b.narrow(0, 1, 7));
+  CHECK(values(b) == std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 7});
+  Tensor m = arange(0, 9, 1, kInt64).view({3, 3});
+  m.copy_(m.t());
+  CHECK(values(m) == std::vector<int64_t>{0, 3, 6, 1, 4, 7, 2, 5, 8});
+  Tensor same = arange(0, 4, 1, kInt64);
+  same.copy_(same);  // the very same elements: nothing to protect
+  CHECK(values(same) == std::vector<int64_t>{0, 1, 2, 3});
+  Tensor one = zeros({1}, kInt64);
+  CHECK_THROWS_WITH_AS(one.expand({4}).copy_(arange(0, 4, 1, kInt64)),
+                       doctest::Contains("copy_: cannot write in place into a tensor whose elements share memory"),
+                       Error);
+  CHECK_THROWS_WITH_AS(uniform_(zeros({1}).expand({3, 2})), doctest::Contains("uniform_: cannot write in place"),
+                       Error);
+  CHECK(values(one) == std::vector<int64_t>{0});
+  one.expand({4}).fill_(3);  // every write stores the same value: allowed, as in PyTorch
+  CHECK(values(one) == std::vector<int64_t>{3});
+}
