@@ -114,6 +114,8 @@ Tensor& binary_inplace(Tensor& self, const Operand& b, DType compute) {
   constexpr std::string_view name = op_name(op);
   check_can_cast(compute, self.dtype(), std::string(name) + "_");
   Device device = device_of(Operand(self), b, name);
+  LOOM_CHECK(device == self.device(), name, "_: cannot write a result on ", device, " into a tensor on ",
+             self.device());
   if (b.tensor && b.tensor->sizes() != self.sizes()) {
     DimVector shape = broadcast_shapes(self.sizes(), b.tensor->sizes(), std::string(name) + "_");
     LOOM_CHECK(IntArrayRef(shape) == self.sizes(), name, "_: output with shape ", self.sizes(),
@@ -276,9 +278,7 @@ Tensor where_impl(const Tensor& cond, const Operand& a, const Operand& b) {
   check_bool_mask(cond, "where", "condition");
   check_operand(a, "where");
   check_operand(b, "where");
-  Device device = device_of(a, b, "where");
-  LOOM_CHECK(cond.device() == device, "where: expected all tensors on the same device, got ", cond.device(),
-             " and ", device);
+  Device device = elementwise::common_device({&cond, a.tensor, b.tensor}, "where");
   DType dtype = result_type(a, b);
   if (GradMode::is_enabled() && (requires_grad(a) || requires_grad(b))) {
     Tensor ta = recordable(a, dtype, device), tb = recordable(b, dtype, device);
@@ -287,7 +287,8 @@ Tensor where_impl(const Tensor& cond, const Operand& a, const Operand& b) {
   DimVector shape = broadcast_shapes(cond.sizes(), broadcast_shape(a, b, "where"), "where");
   Tensor out = empty(shape, TensorOptions(dtype).device(device));
   if (out.numel() == 0) return out;
-  Tensor c = cond.sizes() == IntArrayRef(shape) ? cond : expand(cond, shape);
+  Tensor c = cond.device() == device ? cond : kernel_input(Operand(cond), DType::Bool, {}, device);
+  c = c.sizes() == IntArrayRef(shape) ? c : expand(c, shape);
   get_kernel<Op::where>(device)(out, c, kernel_input(a, dtype, shape, device), kernel_input(b, dtype, shape, device));
   return out;
 }

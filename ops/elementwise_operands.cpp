@@ -31,9 +31,25 @@ void check_operand(const Operand& o, std::string_view op) {
   if (o.tensor) check_defined(*o.tensor, op);
 }
 
+bool is_cpu_scalar(const Tensor& t) { return t.dim() == 0 && t.is_cpu(); }
+
+Device common_device(std::initializer_list<const Tensor*> tensors, std::string_view op) {
+  const Tensor* first = nullptr;     // the first tensor that is not a CPU scalar
+  const Tensor* scalar = nullptr;    // else the first CPU scalar
+  for (const Tensor* t : tensors) {
+    if (!t) continue;
+    if (is_cpu_scalar(*t)) {
+      if (!scalar) scalar = t;
+      continue;
+    }
+    if (first) check_same_device(*first, *t, op);
+    else first = t;
+  }
+  return first ? first->device() : scalar->device();
+}
+
 Device device_of(const Operand& a, const Operand& b, std::string_view op) {
-  if (a.tensor && b.tensor) check_same_device(*a.tensor, *b.tensor, op);
-  return a.tensor ? a.tensor->device() : b.tensor->device();
+  return common_device({a.tensor, b.tensor}, op);
 }
 
 DimVector broadcast_shape(const Operand& a, const Operand& b, std::string_view op) {
@@ -66,6 +82,9 @@ Tensor kernel_input(const Operand& o, DType dtype, IntArrayRef shape, Device dev
     Tensor t = scalar_tensor_of(o.scalar, dtype, device);
     return shape.empty() ? t : make_view(t, shape, DimVector(shape.size(), 0), 0);
   }
+  // A CPU scalar joining tensors on another device: its value is read here, on the host, and
+  // filled on the device by a kernel, as a number's is (no copy for the host to wait for).
+  if (o.tensor->device() != device) return kernel_input(Operand(o.tensor->item()), dtype, shape, device);
   Tensor t = o.tensor->dtype() == dtype ? *o.tensor : to(*o.tensor, dtype);
   if (t.sizes() == shape) return t;
   // A 0-dim operand (often a recorded number) is one element seen through all-zero strides.

@@ -5,6 +5,7 @@
  */
 #pragma once
 
+#include <initializer_list>
 #include <optional>
 #include <string_view>
 
@@ -50,7 +51,14 @@ DType result_type(const Operand& a, const Operand& b);
 void check_can_cast(DType result, DType self, std::string_view op);
 
 void check_operand(const Operand& o, std::string_view op);
-// The device of the tensor operands (which must agree).
+// PyTorch's CPU scalars: a 0-dim CPU tensor may be an operand of an elementwise op whose other
+// tensors are on a GPU (cuda_x * torch::tensor(0.5)). It keeps a 0-dim tensor's place in type
+// promotion, and its value is read on the host.
+bool is_cpu_scalar(const Tensor& t);
+// The device of the tensors (null entries skipped) that are not CPU scalars, which must agree;
+// the CPU when every tensor is a CPU scalar. Throws loom::Error naming `op` and both devices.
+Device common_device(std::initializer_list<const Tensor*> tensors, std::string_view op);
+// The device of the tensor operands: common_device of the two.
 Device device_of(const Operand& a, const Operand& b, std::string_view op);
 DimVector broadcast_shape(const Operand& a, const Operand& b, std::string_view op);
 // A number as a 0-dim tensor of `dtype` on `device`.

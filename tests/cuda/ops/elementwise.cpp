@@ -10,6 +10,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/random.h"
@@ -23,6 +24,7 @@ using test::CudaCase;
 using test::cuda_float_dtypes;
 using test::make;
 using test::pat;
+using test::label;
 using test::Tol;
 
 LOOM_CUDA_COVERS(Op::neg, Op::exp, Op::log, Op::log1p, Op::sqrt, Op::rsqrt, Op::abs, Op::sign, Op::sin,
@@ -480,6 +482,61 @@ TEST_CASE("elementwise: random fills equal the CPU's for the same seed") {
     if (dt != kBool)
       check_random([](TensorOptions o) { return randint(-7, 9, {999}, o); }, dt);
   }
+}
+
+// ---- CPU scalars -------------------------------------------------------------------------------
+
+TEST_CASE("elementwise: a 0-dim CPU tensor joins CUDA tensors as in PyTorch, gradients included") {
+  LOOM_REQUIRE_GPU();
+  const Device gpu = Device::cuda();
+  using Binary = std::function<Tensor(const Tensor&, const Tensor&)>;
+  const std::vector<std::pair<std::string, Binary>> ops = {
+      {"mul", [](const Tensor& x, const Tensor& s) { return x * s; }},
+      {"sub, scalar first", [](const Tensor& x, const Tensor& s) { return s - x; }},
+      {"div", [](const Tensor& x, const Tensor& s) { return x / s; }},
+      {"pow", [](const Tensor& x, const Tensor& s) { return pow(x.abs() + 0.5, s); }},
+      {"maximum", [](const Tensor& x, const Tensor& s) { return maximum(x, s); }},
+      {"where", [](const Tensor& x, const Tensor& s) { return where(gt(x, 0), s, x); }},
+  };
+  for (DType scalar_dtype : {kFloat64, kFloat32, kInt64}) {
+    for (const auto& [name, op] : ops) {
+      INFO(label(name, "scalar", scalar_dtype));
+      const bool floating = is_floating(scalar_dtype);
+      Tensor x_cpu = values({3, 4}, kFloat32, 0.2).requires_grad_();
+      Tensor x_gpu = x_cpu.detach().to(gpu).requires_grad_();
+      Tensor s_cpu = scalar_tensor(floating ? 1.75 : 2.0, scalar_dtype), s_kept = s_cpu.clone();
+      if (floating) {
+        s_cpu.requires_grad_();
+        s_kept.requires_grad_();
+      }
+      Tensor want = op(x_cpu, s_cpu), got = op(x_gpu, s_kept);
+      CHECK(got.is_cuda());
+      CHECK(got.dtype() == want.dtype());  // float32: the 0-dim operand does not promote a float tensor
+      test::check_same(got, want, test::cuda_tol_for(want.dtype()), "forward");
+      const Tensor w = values({3, 4}, kFloat32, 0.7);
+      (want * w).sum().backward();
+      (got * w.to(gpu)).sum().backward();
+      test::check_same(x_gpu.grad(), x_cpu.grad(), test::cuda_tol_for(kFloat32), "the CUDA tensor's gradient");
+      if (floating) {
+        REQUIRE(s_kept.grad().defined());
+        CHECK(s_kept.grad().is_cpu());  // a leaf's gradient lives on its device
+        CHECK(s_kept.grad().item<double>() == doctest::Approx(s_cpu.grad().item<double>()).epsilon(1e-5));
+      }
+    }
+  }
+  // In place into a CUDA tensor, an int tensor with a float64 scalar (promotes, as in PyTorch),
+  // and a CPU condition for where.
+  Tensor y = ones({3}, gpu);
+  y.add_(scalar_tensor(2.5, kFloat64));
+  CHECK(y.to(kCPU).to_vector<double>() == std::vector<double>{3.5, 3.5, 3.5});
+  Tensor ints = arange(0, 3, 1, TensorOptions(kInt32).device(gpu)) * scalar_tensor(0.5, kFloat64);
+  CHECK(ints.dtype() == kFloat64);
+  CHECK(ints.to(kCPU).to_vector<double>() == std::vector<double>{0, 0.5, 1});
+  CHECK(where(scalar_tensor(false, kBool), y, 7.0).to(kCPU).to_vector<double>() == std::vector<double>{7, 7, 7});
+  // Only 0-dim CPU tensors: a one-element [1] tensor, or an op writing into the CPU scalar, is refused.
+  CHECK_THROWS_WITH_AS(y * ones({1}), doctest::Contains("mul: expected all tensors on the same device"), Error);
+  Tensor host = scalar_tensor(1.0);
+  CHECK_THROWS_WITH_AS(host.mul_(ones({}, gpu)), doctest::Contains("mul_: cannot write a result on cuda:0"), Error);
 }
 
 // ---- bad input -------------------------------------------------------------------------------
