@@ -287,8 +287,7 @@ Tensor where_impl(const Tensor& cond, const Operand& a, const Operand& b) {
   DimVector shape = broadcast_shapes(cond.sizes(), broadcast_shape(a, b, "where"), "where");
   Tensor out = empty(shape, TensorOptions(dtype).device(device));
   if (out.numel() == 0) return out;
-  Tensor c = cond.device() == device ? cond : kernel_input(Operand(cond), DType::Bool, {}, device);
-  c = c.sizes() == IntArrayRef(shape) ? c : expand(c, shape);
+  Tensor c = kernel_input(Operand(cond), DType::Bool, shape, device);  // a CPU scalar condition too
   get_kernel<Op::where>(device)(out, c, kernel_input(a, dtype, shape, device), kernel_input(b, dtype, shape, device));
   return out;
 }

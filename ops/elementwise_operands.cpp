@@ -34,18 +34,13 @@ void check_operand(const Operand& o, std::string_view op) {
 bool is_cpu_scalar(const Tensor& t) { return t.dim() == 0 && t.is_cpu(); }
 
 Device common_device(std::initializer_list<const Tensor*> tensors, std::string_view op) {
-  const Tensor* first = nullptr;     // the first tensor that is not a CPU scalar
-  const Tensor* scalar = nullptr;    // else the first CPU scalar
+  const Tensor* first = nullptr;  // the first tensor that is not a CPU scalar
   for (const Tensor* t : tensors) {
-    if (!t) continue;
-    if (is_cpu_scalar(*t)) {
-      if (!scalar) scalar = t;
-      continue;
-    }
+    if (!t || is_cpu_scalar(*t)) continue;
     if (first) check_same_device(*first, *t, op);
     else first = t;
   }
-  return first ? first->device() : scalar->device();
+  return first ? first->device() : kCPU;
 }
 
 Device device_of(const Operand& a, const Operand& b, std::string_view op) {

@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/autograd.h"
@@ -130,6 +131,16 @@ inline void check_cuda_matches_cpu(const std::function<Tensor(const std::vector<
                                    const std::vector<Tensor>& inputs, CudaCase c = {}) {
   check_cuda_matches_cpu([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{f(in)}; }, inputs, c);
 }
+
+// Int64 indices (i * 5 + 1) % high of `shape`, on the CPU.
+inline Tensor index_values(IntArrayRef shape, int64_t high) {
+  std::vector<double> v;
+  for (int64_t i = 0; i < shape_numel(shape); ++i) v.push_back(static_cast<double>((i * 5 + 1) % high));
+  return make(v, shape, kInt64);
+}
+
+// One output as the list a case function returns.
+inline std::vector<Tensor> one(Tensor t) { return {std::move(t)}; }
 
 // The floating dtypes every kernel supports.
 inline const std::vector<DType>& cuda_float_dtypes() {

@@ -24,7 +24,7 @@ namespace {
 using test::check_cuda_matches_cpu;
 using test::CudaCase;
 using test::label;
-using test::make;
+using test::one;
 using test::pat;
 
 const Device kGpu = Device::cuda();
@@ -43,11 +43,6 @@ struct EmptyCase {
 };
 
 Tensor f32(IntArrayRef shape, double seed = 0.3) { return pat(shape, seed, 2.0); }
-Tensor ints(IntArrayRef shape, int64_t high) {
-  std::vector<double> v;
-  for (int64_t i = 0; i < shape_numel(shape); ++i) v.push_back(static_cast<double>((i * 5 + 1) % high));
-  return make(v, shape, kInt64);
-}
 
 // The gradients of the non-empty floating inputs for loss = the sum of every floating output,
 // on `device`, are all exactly 0.
@@ -85,7 +80,6 @@ void run_cases(const std::vector<EmptyCase>& cases) {
   }
 }
 
-std::vector<Tensor> one(Tensor t) { return {std::move(t)}; }
 
 TEST_CASE("empty tensors: elementwise ops, casts and random fills") {
   LOOM_REQUIRE_GPU();
@@ -138,7 +132,7 @@ TEST_CASE("empty tensors: reductions give PyTorch's identities (0, 1, NaN) and e
        {f32({0, 5})}},
       {"sum of f16 and int64 over an empty dim",
        [](const auto& in) { return std::vector<Tensor>{sum(in[0].to(kFloat16), {1}), sum(in[1], {0})}; },
-       {f32({3, 0}), ints({0, 2}, 3)}},
+       {f32({3, 0}), test::index_values({0, 2}, 3)}},
   });
   // amax of nothing has no value: the same error on both devices. The identities by hand.
   for (Device d : {Device::cpu(), kGpu}) {
@@ -205,10 +199,10 @@ TEST_CASE("empty tensors: softmax, norms and losses") {
                                     cross_entropy(in[0], in[1], {}, -100, 0.0, Reduction::Sum),
                                     cross_entropy(in[0], in[1], {}, -100, 0.1, Reduction::None)};
        },
-       {f32({0, 5}), ints({0}, 5)}},
+       {f32({0, 5}), test::index_values({0}, 5)}},
       {"nll_loss of a batch of 0 with class weights",
        [](const auto& in) { return one(nll_loss(log_softmax(in[0], 1), in[1], in[2], -100, Reduction::Sum)); },
-       {f32({0, 4}), ints({0}, 4), f32({4}, 0.2).abs()}},
+       {f32({0, 4}), test::index_values({0}, 4), f32({4}, 0.2).abs()}},
       {"mse_loss of nothing", [](const auto& in) { return one(mse_loss(in[0], in[1], Reduction::Sum)); },
        {f32({0, 2}), f32({0, 2})}},
   });
@@ -245,20 +239,20 @@ TEST_CASE("empty tensors: shape and indexing ops") {
        false},
       {"stack of empty tensors", [](const auto& in) { return one(stack({in[0], in[0]}, 1)); }, {f32({0, 2})}},
       {"index_select with an empty index", [](const auto& in) { return one(index_select(in[0], 0, in[1])); },
-       {f32({4, 3}), ints({0}, 4)}},
+       {f32({4, 3}), test::index_values({0}, 4)}},
       {"index_select from an empty source", [](const auto& in) { return one(index_select(in[0], 1, in[1])); },
-       {f32({0, 3}), ints({2}, 3)}},
+       {f32({0, 3}), test::index_values({2}, 3)}},
       {"gather with an empty index", [](const auto& in) { return one(gather(in[0], 1, in[1])); },
-       {f32({3, 4}), ints({3, 0}, 4)}},
+       {f32({3, 4}), test::index_values({3, 0}, 4)}},
       {"scatter_add and index_add of nothing",
        [](const auto& in) {
          return std::vector<Tensor>{scatter_add(in[0], 1, in[1], in[2]), index_add(in[0], 0, in[3], in[4])};
        },
-       {f32({3, 4}), ints({3, 0}, 4), f32({3, 0}), ints({0}, 3), f32({0, 4})},
+       {f32({3, 4}), test::index_values({3, 0}, 4), f32({3, 0}), test::index_values({0}, 3), f32({0, 4})},
        {},
        false},
       {"embedding of no indices (the table gets a zero gradient)",
-       [](const auto& in) { return one(embedding(in[0], in[1])); }, {f32({5, 3}), ints({2, 0}, 5)}},
+       [](const auto& in) { return one(embedding(in[0], in[1])); }, {f32({5, 3}), test::index_values({2, 0}, 5)}},
       {"tril, triu and flip", [](const auto& in) {
          return std::vector<Tensor>{tril(in[0]), triu(in[0], 1), flip(in[0], {0, 1}), tril(in[1])};
        },
@@ -315,11 +309,11 @@ TEST_CASE("empty tensors: INT8 linear, quantize and dequantize of a batch of 0")
          return std::vector<Tensor>{int8_linear(x, w, scales, in[3], kFloat32, Int8Epilogue{2, 0, false}),
                                     int8_linear(x, w, scales, {}, kUInt8, Int8Epilogue{2, 5, true})};
        },
-       {ints({0, 8}, 255).to(kFloat32), ints({3, 8}, 7).to(kFloat32), f32({3}), f32({3})},
+       {test::index_values({0, 8}, 255).to(kFloat32), test::index_values({3, 8}, 7).to(kFloat32), f32({3}), f32({3})},
        no_grad},
       {"int8_max_pool2d of a batch of 0",
        [](const auto& in) { return one(int8_max_pool2d(in[0].to(kUInt8), {2, 2}, {2, 2}, {0, 0})); },
-       {ints({0, 2, 4, 4}, 255).to(kFloat32)},
+       {test::index_values({0, 2, 4, 4}, 255).to(kFloat32)},
        no_grad},
   });
 }

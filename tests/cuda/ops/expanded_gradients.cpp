@@ -23,7 +23,7 @@ namespace {
 using test::check_same;
 using test::cuda_tol_for;
 using test::label;
-using test::make;
+using test::one;
 using test::pat;
 
 using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
@@ -96,12 +96,6 @@ void check_case(const GradCase& c) {
 }
 
 Tensor f32(IntArrayRef shape, double seed) { return pat(shape, seed, 2.0); }
-Tensor ints(IntArrayRef shape, int64_t high) {
-  std::vector<double> v;
-  for (int64_t i = 0; i < shape_numel(shape); ++i) v.push_back(static_cast<double>((i * 5 + 1) % high));
-  return make(v, shape, kInt64);
-}
-std::vector<Tensor> one(Tensor t) { return {std::move(t)}; }
 
 TEST_CASE("expanded gradients: elementwise ops and reductions") {
   LOOM_REQUIRE_GPU();
@@ -194,10 +188,10 @@ TEST_CASE("expanded gradients: softmax, norms and losses") {
        {f32({3, 2, 2, 2}, 0.6), f32({2}, 0.7), f32({2}, 0.8)}},
       {"cross_entropy without reduction, with label smoothing",
        [](const auto& in) { return one(cross_entropy(in[0], in[1], {}, -100, 0.1, Reduction::None)); },
-       {f32({6, 5}, 0.9), ints({6}, 5)}},
+       {f32({6, 5}, 0.9), test::index_values({6}, 5)}},
       {"nll_loss without reduction, with an ignored class",
        [](const auto& in) { return one(nll_loss(log_softmax(in[0], 1), in[1], {}, 2, Reduction::None)); },
-       {f32({6, 4}, 1.0), ints({6}, 4)}},
+       {f32({6, 4}, 1.0), test::index_values({6}, 4)}},
       {"mse_loss without reduction", [](const auto& in) { return one(mse_loss(in[0], in[1], Reduction::None)); },
        {f32({3, 4}, 1.1), f32({3, 4}, 1.2)}},
   };
@@ -216,12 +210,12 @@ TEST_CASE("expanded gradients: shape and indexing ops") {
        [](const auto& in) {
          return std::vector<Tensor>{index_select(in[0], 0, in[1]), gather(in[0], 1, in[2]), embedding(in[0], in[1])};
        },
-       {f32({5, 3}, 0.3), ints({7}, 5), ints({5, 4}, 3)}},
+       {f32({5, 3}, 0.3), test::index_values({7}, 5), test::index_values({5, 4}, 3)}},
       {"scatter_add and index_add",
        [](const auto& in) {
          return std::vector<Tensor>{scatter_add(in[0], 1, in[1], in[2]), index_add(in[0], 0, in[3], in[4])};
        },
-       {f32({3, 4}, 0.4), ints({3, 2}, 4), f32({3, 2}, 0.5), ints({5}, 3), f32({5, 4}, 0.6)}},
+       {f32({3, 4}, 0.4), test::index_values({3, 2}, 4), f32({3, 2}, 0.5), test::index_values({5}, 3), f32({5, 4}, 0.6)}},
       {"tril, triu and pad",
        [](const auto& in) {
          return std::vector<Tensor>{tril(in[0], -1), triu(in[0], 1), pad(in[0], {1, 2, 0, 1}, "constant", 0.5)};

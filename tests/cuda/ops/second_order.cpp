@@ -20,6 +20,7 @@ namespace loom {
 namespace {
 
 using test::make;
+using test::one;
 using test::pat;
 
 using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
@@ -76,7 +77,6 @@ Tensor ints(std::vector<double> v) {
   const int64_t n = static_cast<int64_t>(v.size());
   return make(std::move(v), {n}, kInt64);
 }
-std::vector<Tensor> one(Tensor t) { return {std::move(t)}; }
 
 TEST_CASE("second order: activations, softmax, norms and losses") {
   LOOM_REQUIRE_GPU();
