@@ -151,9 +151,16 @@ using IndexAddKernel = void (*)(const Tensor& out, int64_t dim, const Tensor& in
 using TriangleKernel = void (*)(const Tensor& out, const Tensor& in, int64_t diagonal);
 using FlipKernel = void (*)(const Tensor& out, const Tensor& in, IntArrayRef dims);
 // pads: (left, right) pairs starting from the last dim, as torch.nn.functional.pad.
-enum class PadMode : int64_t { Constant = 0, Reflect = 1 };
+// The modes' values are ops/pad_source.h's kPad* codes, which the CUDA launchers take.
+enum class PadMode : int64_t { Constant = 0, Reflect = 1, Replicate = 2, Circular = 3 };
+// The name pad() takes for a mode ("constant", "reflect", "replicate", "circular").
+inline const char* pad_mode_name(PadMode mode) {
+  constexpr const char* names[] = {"constant", "reflect", "replicate", "circular"};
+  return names[static_cast<int64_t>(mode)];
+}
 using PadKernel = void (*)(const Tensor& out, const Tensor& in, IntArrayRef pads, PadMode mode, double value);
-// Gradient of pad: grad_input [in's shape] from grad_out (reflect mode accumulates).
+// Gradient of pad: grad_input [in's shape] from grad_out (reflect mode accumulates); the
+// replicate and circular gradients are composed of index_add in ops/shape_ops.cpp.
 using PadBackwardKernel = void (*)(const Tensor& grad_input, const Tensor& grad_out, IntArrayRef pads,
                                    PadMode mode);
 

@@ -20,7 +20,9 @@
 #include "ops/autograd_hook.h"
 #include "ops/copy_ops.h"
 #include "ops/dispatch.h"
+#include "ops/factories.h"
 #include "ops/op_utils.h"
+#include "ops/pad_source.h"
 #include "ops/view_ops.h"
 
 namespace loom {
@@ -68,12 +70,15 @@ Tensor at_least_1d(const Tensor& t) {
 PadMode parse_pad_mode(std::string_view mode, std::string_view op) {
   if (mode == "constant") return PadMode::Constant;
   if (mode == "reflect") return PadMode::Reflect;
-  LOOM_FAIL(op, ": unknown padding mode '", mode, "' (expected 'constant' or 'reflect')");
+  if (mode == "replicate") return PadMode::Replicate;
+  if (mode == "circular") return PadMode::Circular;
+  LOOM_FAIL(op, ": unknown padding mode '", mode, "' (expected 'constant', 'reflect', 'replicate' or 'circular')");
 }
 
 // Shape of `sizes` padded by `pads` ((left, right) pairs from the last dim), after checking
-// the pads: an even count, no more pairs than dims, a non-negative result, and for reflect
-// pads smaller than the dim they mirror.
+// the pads: an even count, no more pairs than dims, a non-negative result, for reflect pads
+// smaller than the dim they mirror, for circular pads at most the dim they wrap (PyTorch's
+// rules), and for replicate a non-empty dim to repeat.
 DimVector padded_shape(IntArrayRef sizes, IntArrayRef pads, PadMode mode, std::string_view op) {
   const int64_t nd = static_cast<int64_t>(sizes.size()), pairs = static_cast<int64_t>(pads.size() / 2);
   LOOM_CHECK(pads.size() % 2 == 0, op,
@@ -86,6 +91,12 @@ DimVector padded_shape(IntArrayRef sizes, IntArrayRef pads, PadMode mode, std::s
     if (mode == PadMode::Reflect) {
       LOOM_CHECK(left < size && right < size, op, ": reflect padding (", left, ", ", right, ") of dim ", d,
                  " must be smaller than its size ", size, " (input shape ", sizes, ")");
+    } else if (mode == PadMode::Circular) {
+      LOOM_CHECK(left <= size && right <= size, op, ": circular padding (", left, ", ", right, ") of dim ", d,
+                 " must be at most its size ", size, " (input shape ", sizes, ")");
+    } else if (mode == PadMode::Replicate) {
+      LOOM_CHECK(size > 0 || (left <= 0 && right <= 0), op, ": replicate padding (", left, ", ", right,
+                 ") of dim ", d, " has no element to repeat: the dim is empty (input shape ", sizes, ")");
     }
     out[d] = size + left + right;
     LOOM_CHECK(out[d] >= 0, op, ": padding (", left, ", ", right, ") of dim ", d, " with size ", size,
@@ -345,6 +356,31 @@ Tensor pad(const Tensor& x, IntArrayRef pads, std::string_view mode, double valu
   return out;
 }
 
+namespace {
+
+// Replicate and circular padding read some input elements more than once; their gradient adds
+// those reads back into the element read. The modes are separable, so this undoes them one
+// padded dim at a time with index_add (on whichever device grad_out is on, in the same order
+// of additions on every backend), the index of each padded position being the input position
+// it read (ops/pad_source.h).
+Tensor pad_backward_by_index_add(const Tensor& grad_out, IntArrayRef input_sizes, IntArrayRef pads,
+                                 PadMode mode) {
+  Tensor g = grad_out;
+  const int64_t nd = static_cast<int64_t>(input_sizes.size()), pairs = static_cast<int64_t>(pads.size() / 2);
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int64_t dim = nd - 1 - p, size = input_sizes[dim];
+    std::vector<int64_t> sources(static_cast<size_t>(g.size(dim)));
+    for (size_t j = 0; j < sources.size(); ++j)
+      sources[j] = pad_source(static_cast<int64_t>(j), pads[2 * p], size, static_cast<int>(mode));
+    DimVector sizes(g.sizes());
+    sizes[dim] = size;
+    g = index_add(zeros(sizes, g.options()), dim, tensor(sources).to(g.device()), g);
+  }
+  return pairs == 0 ? g.clone() : g;
+}
+
+}  // namespace
+
 Tensor pad_backward(const Tensor& grad_out, IntArrayRef input_sizes, IntArrayRef pads,
                     std::string_view mode) {
   check_defined(grad_out, "pad_backward", "grad_out");
@@ -358,6 +394,8 @@ Tensor pad_backward(const Tensor& grad_out, IntArrayRef input_sizes, IntArrayRef
     return recorded<Op::pad_backward>({grad_out}, PadAttrs{DimVector(pads), m, 0.0},
                                       [&] { return pad_backward(grad_out, input_sizes, pads, mode); });
   }
+  if (m == PadMode::Replicate || m == PadMode::Circular)
+    return pad_backward_by_index_add(grad_out, input_sizes, pads, m);
   Tensor grad_input = empty(input_sizes, grad_out.options());
   if (grad_input.numel() > 0) get_kernel<Op::pad_backward>(grad_out.device())(grad_input, grad_out, pads, m);
   return grad_input;

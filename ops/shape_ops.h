@@ -25,7 +25,8 @@ Tensor tril(const Tensor& x, int64_t diagonal = 0);
 Tensor triu(const Tensor& x, int64_t diagonal = 0);
 Tensor repeat(const Tensor& x, IntArrayRef repeats);
 Tensor flip(const Tensor& x, IntArrayRef dims);
-// pads: (left, right) pairs starting from the last dim; mode "constant" or "reflect"
+// pads: (left, right) pairs starting from the last dim, negative ones crop (F.pad); mode
+// "constant" (fills with value), "reflect", "replicate" or "circular" (ops/pad_source.h)
 Tensor pad(const Tensor& x, IntArrayRef pads, std::string_view mode = "constant", double value = 0.0);
 Tensor pad_backward(const Tensor& grad_out, IntArrayRef input_sizes, IntArrayRef pads,
                     std::string_view mode = "constant");

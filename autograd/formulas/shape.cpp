@@ -81,11 +81,11 @@ void register_shape_formulas() {
     return Grads{g[0].flip(c.attrs().dims)};
   });
   // Constant padding is the adjoint of padding by the negated pads (the padding is cropped
-  // off, cropped borders come back as zeros). Reflect padding also adds the mirrored
-  // elements' gradients back (pad_backward).
+  // off, cropped borders come back as zeros). Reflect, replicate and circular padding also add
+  // the gradients of the elements read again back into the elements read (pad_backward).
   define_formula<Op::pad>(Save{}, [](const GradContext<PadAttrs>& c, const Grads& g) {
     const PadAttrs& a = c.attrs();
-    if (a.mode == PadMode::Reflect) return Grads{pad_backward(g[0], c.input_sizes(0), a.pads, "reflect")};
+    if (a.mode != PadMode::Constant) return Grads{pad_backward(g[0], c.input_sizes(0), a.pads, pad_mode_name(a.mode))};
     DimVector negated(a.pads);
     for (int64_t& p : negated) p = -p;
     return Grads{pad(g[0], negated)};
@@ -93,7 +93,7 @@ void register_shape_formulas() {
   // pad_backward is the adjoint of pad with the same pads and mode (zeros in the border).
   define_formula<Op::pad_backward>(Save{}, [](const GradContext<PadAttrs>& c, const Grads& g) {
     const PadAttrs& a = c.attrs();
-    return Grads{pad(g[0], a.pads, a.mode == PadMode::Reflect ? "reflect" : "constant", 0.0)};
+    return Grads{pad(g[0], a.pads, pad_mode_name(a.mode), 0.0)};
   });
 }
 

@@ -22,6 +22,7 @@
 #include "ops/cpu/parallel_grain.h"
 #include "ops/dim_geometry.h"
 #include "ops/dispatch.h"
+#include "ops/pad_source.h"
 
 namespace loom::cpu {
 
@@ -342,16 +343,6 @@ void flip_kernel(const Tensor& out, const Tensor& in, IntArrayRef dims) {
 
 // ---- pad and its gradient ---------------------------------------------------------------------
 
-// The input coordinate that output coordinate j of a dim padded by `left` reads, or -1 for
-// the constant fill. Reflect mirrors about the edge elements without repeating them:
-// [a b c d] padded by 2 on each side reads [c b | a b c d | c b].
-inline int64_t pad_source(int64_t j, int64_t left, int64_t size, PadMode mode) {
-  const int64_t i = j - left;
-  if (i >= 0 && i < size) return i;
-  if (mode == PadMode::Constant) return -1;
-  return i < 0 ? -i : 2 * (size - 1) - i;
-}
-
 // Works row by row over out (all dims but the last): each padded outer dim maps the row to
 // an input row (or to the fill), then the last dim is copied with its own padding.
 void pad_kernel(const Tensor& out, const Tensor& in, IntArrayRef pads, PadMode mode, double value) {
@@ -382,7 +373,7 @@ void pad_kernel(const Tensor& out, const Tensor& in, IntArrayRef pads, PadMode m
           const int64_t j = rest % out.sizes()[d];
           rest /= out.sizes()[d];
           dst_offset += j * out.strides()[d];
-          const int64_t i = pad_source(j, left[d], in.sizes()[d], mode);
+          const int64_t i = pad_source(j, left[d], in.sizes()[d], static_cast<int>(mode));
           if (i < 0)
             fill_row = true;
           else
@@ -395,7 +386,8 @@ void pad_kernel(const Tensor& out, const Tensor& in, IntArrayRef pads, PadMode m
         }
         const T* __restrict src = src_base + src_offset;
         auto edge = [&](int64_t c) {
-          dst[c * dc] = mode == PadMode::Constant ? fill : src[pad_source(c, lead, in_cols, mode) * sc];
+          dst[c * dc] =
+              mode == PadMode::Constant ? fill : src[pad_source(c, lead, in_cols, static_cast<int>(mode)) * sc];
         };
         for (int64_t c = 0; c < lo; ++c) edge(c);
         if (sc == 1 && dc == 1) {
@@ -458,6 +450,8 @@ void pad_backward_kernel(const Tensor& grad_input, const Tensor& grad_out, IntAr
     pad_kernel(grad_input, grad_out, negated, PadMode::Constant, 0.0);
     return;
   }
+  LOOM_CHECK(mode == PadMode::Reflect, "pad_backward kernel: ", pad_mode_name(mode),
+             " padding's gradient is composed of index_add (ops/shape_ops.cpp), not computed here");
   // Reflect padding is separable: undo it one padded dim at a time, last dim first.
   Tensor g = grad_out;
   if (!g.is_contiguous()) {

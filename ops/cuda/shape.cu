@@ -19,6 +19,7 @@
 #include "ops/cuda/device_utils.cuh"
 #include "ops/cuda/launch.cuh"
 #include "ops/cuda/shape_launchers.h"
+#include "ops/pad_source.h"
 
 namespace loom::cuda {
 
@@ -128,18 +129,8 @@ struct PadGeometry {
   int64_t left[kMaxDims];
 };
 
-// The input coordinate that output coordinate j of a dim padded by `left` reads, or -1 for
-// the constant fill. Reflect mirrors about the edge elements without repeating them:
-// [a b c d] padded by 2 on each side reads [c b | a b c d | c b].
-__device__ inline int64_t pad_source(int64_t j, int64_t left, int64_t size, bool reflect) {
-  const int64_t i = j - left;
-  if (i >= 0 && i < size) return i;
-  if (!reflect) return -1;
-  return i < 0 ? -i : 2 * (size - 1) - i;
-}
-
 template <class T>
-__global__ void pad_kernel(T* out, const T* in, Layout3 l, PadGeometry g, bool reflect, T fill,
+__global__ void pad_kernel(T* out, const T* in, Layout3 l, PadGeometry g, int mode, T fill,
                            int64_t numel) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < numel;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -149,7 +140,7 @@ __global__ void pad_kernel(T* out, const T* in, Layout3 l, PadGeometry g, bool r
       const int64_t j = rest % l.sizes[d];
       rest /= l.sizes[d];
       o_out += j * l.strides[0][d];
-      const int64_t s = pad_source(j, g.left[d], g.in_sizes[d], reflect);
+      const int64_t s = pad_source(j, g.left[d], g.in_sizes[d], mode);
       if (s < 0)
         is_fill = true;
       else
@@ -265,7 +256,7 @@ cudaError_t launch_triangle(void* out, const void* in, int element_size, const L
 }
 
 cudaError_t launch_pad(void* out, const void* in, int dtype, const Layout3& l, const int64_t* in_sizes,
-                       const int64_t* left, bool reflect, double value_float, int64_t value_int,
+                       const int64_t* left, int mode, double value_float, int64_t value_int,
                        cudaStream_t stream) {
   const int64_t numel = numel_of(l);
   if (numel == 0) return cudaSuccess;
@@ -285,7 +276,7 @@ cudaError_t launch_pad(void* out, const void* in, int dtype, const Layout3& l, c
       fill = convert<T>(value_float);
     }
     return launch<pad_kernel<T>>(grid_stride(numel, stream), static_cast<T*>(out), static_cast<const T*>(in),
-                                 l, g, reflect, fill, numel);
+                                 l, g, mode, fill, numel);
   });
 }
 

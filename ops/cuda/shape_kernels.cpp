@@ -190,7 +190,7 @@ void launch_pad_of(const Tensor& out, const Tensor& in, IntArrayRef pads, PadMod
   for (size_t p = 0; p < pads.size() / 2; ++p) left[nd - 1 - static_cast<int64_t>(p)] = pads[2 * p];
   LOOM_CUDA_CHECK(launch_pad(out.data_ptr(), in.data_ptr(), code(out),
                              layout3(out.sizes(), {out.strides(), in.strides()}), in.sizes().data(), left,
-                             mode == PadMode::Reflect, value, numeric_cast<int64_t>(value), op_stream()));
+                             static_cast<int>(mode), value, numeric_cast<int64_t>(value), op_stream()));
 }
 
 void pad_kernel(const Tensor& out, const Tensor& in, IntArrayRef pads, PadMode mode, double value) {
@@ -208,6 +208,8 @@ void pad_backward_kernel(const Tensor& grad_input, const Tensor& grad_out, IntAr
     launch_pad_of(grad_input, grad_out, negated, PadMode::Constant, 0.0);
     return;
   }
+  LOOM_CHECK(mode == PadMode::Reflect, "pad_backward kernel: ", pad_mode_name(mode),
+             " padding's gradient is composed of index_add (ops/shape_ops.cpp), not computed here");
   // Reflect padding is separable: undo it one padded dim at a time, last dim first.
   const int64_t nd = grad_input.dim(), pairs = static_cast<int64_t>(pads.size() / 2);
   if (pairs == 0) {

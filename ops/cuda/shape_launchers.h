@@ -54,10 +54,10 @@ cudaError_t launch_triangle(void* out, const void* in, int element_size, const L
                             int64_t diagonal, cudaStream_t stream);
 
 // pad: l has out's sizes and the strides of (out, in); in_sizes is in's shape; left[d] the
-// padding before dim d (0 for unpadded dims, negative crops). Constant (reflect = false) fills
-// with value (value_int for integer dtypes, so int64 is exact).
+// padding before dim d (0 for unpadded dims, negative crops); mode one of ops/pad_source.h's
+// kPad* codes. Constant fills with value (value_int for integer dtypes, so int64 is exact).
 cudaError_t launch_pad(void* out, const void* in, int dtype, const Layout3& l, const int64_t* in_sizes,
-                       const int64_t* left, bool reflect, double value_float, int64_t value_int,
+                       const int64_t* left, int mode, double value_float, int64_t value_int,
                        cudaStream_t stream);
 
 // Gradient of reflect padding along one dim: l has dst's sizes (the input's size along dim)

@@ -607,8 +607,40 @@ TEST_CASE("pad rejects bad pads and modes") {
   CHECK_THROWS_WITH_AS(
       pad(x, {0, 0, -2, -1}),
       doctest::Contains("pad: padding (-2, -1) of dim 0 with size 2 gives the negative size -1"), Error);
-  CHECK_THROWS_WITH_AS(pad(x, {1, 1}, "circular"), doctest::Contains("pad: unknown padding mode 'circular'"),
-                       Error);
+  CHECK_THROWS_WITH_AS(pad(x, {1, 1}, "wrap"), doctest::Contains("pad: unknown padding mode 'wrap'"), Error);
+  CHECK_THROWS_WITH_AS(
+      pad(x, {0, 0, 1, 3}, "circular"),
+      doctest::Contains("pad: circular padding (1, 3) of dim 0 must be at most its size 2"), Error);
+  CHECK_THROWS_WITH_AS(pad(zeros({2, 0}), {1, 0}, "replicate"),
+                       doctest::Contains("pad: replicate padding (1, 0) of dim 1 has no element to repeat"), Error);
+  // Nothing to repeat is fine when nothing is added.
+  CHECK(pad(zeros({2, 0}), {0, 0, 1, 0}, "replicate").sizes() == IntArrayRef{3, 0});
+}
+
+TEST_CASE("replicate and circular pad match PyTorch, forward and backward") {
+  // x = arange(12.).view(1,1,3,4); y = F.pad(x, (2,1,1,2), mode=...)
+  // y.backward(arange(42.).view(y.shape)); x.grad
+  Tensor x = arange(12, kFloat32).view({1, 1, 3, 4});
+  Tensor g = arange(42, kFloat32).view({1, 1, 6, 7});
+  Tensor r = pad(x, {2, 1, 1, 2}, "replicate");
+  CHECK(r.sizes() == IntArrayRef{1, 1, 6, 7});
+  CHECK(r.to_vector<float>() == std::vector<float>{0, 0, 0, 1, 2,  3,  3,  0, 0, 0, 1, 2,  3,  3,
+                                                   4, 4, 4, 5, 6,  7,  7,  8, 8, 8, 9, 10, 11, 11,
+                                                   8, 8, 8, 9, 10, 11, 11, 8, 8, 8, 9, 10, 11, 11});
+  CHECK(pad_backward(g, x.sizes(), {2, 1, 1, 2}, "replicate").to_vector<float>() ==
+        std::vector<float>{27, 13, 15, 36, 45, 17, 18, 39, 261, 93, 96, 201});
+  Tensor c = pad(x, {2, 1, 1, 2}, "circular");
+  CHECK(c.to_vector<float>() == std::vector<float>{10, 11, 8, 9, 10, 11, 8, 2, 3, 0, 1, 2, 3, 0,
+                                                   6,  7,  4, 5, 6,  7,  4, 10, 11, 8, 9, 10, 11, 8,
+                                                   2,  3,  0, 1, 2,  3,  0, 6, 7, 4, 5, 6,  7,  4});
+  CHECK(pad_backward(g, x.sizes(), {2, 1, 1, 2}, "circular").to_vector<float>() ==
+        std::vector<float>{86, 41, 78, 82, 114, 55, 106, 110, 58, 27, 50, 54});
+  // Negative pads crop: F.pad(x, (-1,2,1,-1), mode="replicate")
+  CHECK(pad(x, {-1, 2, 1, -1}, "replicate").to_vector<float>() ==
+        std::vector<float>{1, 2, 3, 3, 3, 1, 2, 3, 3, 3, 5, 6, 7, 7, 7});
+  // A circular pad as large as the dim wraps it once: [a b] padded (2, 2) is [a b | a b | a b].
+  CHECK(pad(tensor<int64_t>({4, 5}), {2, 2}, "circular").to_vector<int64_t>() ==
+        std::vector<int64_t>{4, 5, 4, 5, 4, 5});
 }
 
 // ---- pad_backward -------------------------------------------------------------------------------
@@ -634,12 +666,12 @@ TEST_CASE("pad_backward of constant padding is the crop of grad_out") {
 }
 
 TEST_CASE("pad_backward is the adjoint of pad: <pad(x), g> == <x, pad_backward(g)>") {
-  for (std::string_view mode : {"constant", "reflect"}) {
+  for (std::string_view mode : {"constant", "reflect", "replicate", "circular"}) {
     CAPTURE(mode);
     for (DType dtype : {kFloat64, kFloat32, kBFloat16}) {
       CAPTURE(dtype);
       Tensor x = random_tensor({3, 4, 5, 6}, dtype, 131);
-      const Index pads = mode == "reflect" ? Index{5, 2, 0, 4, 3, 1} : Index{2, -3, 1, 0, -1, 2};
+      const Index pads = mode != "constant" ? Index{5, 2, 0, 4, 3, 1} : Index{2, -3, 1, 0, -1, 2};
       Tensor y = pad(x, pads, mode, 0.0);
       // grad_out read through a transposed view.
       Tensor g = random_tensor({y.size(0), y.size(1), y.size(3), y.size(2)}, dtype, 132).transpose(2, 3);
@@ -651,11 +683,12 @@ TEST_CASE("pad_backward is the adjoint of pad: <pad(x), g> == <x, pad_backward(g
       for (size_t i = 0; i < vy.size(); ++i) lhs += vy[i] * vg[i];
       for (size_t i = 0; i < vx.size(); ++i) rhs += vx[i] * vgi[i];
       CHECK(lhs == doctest::Approx(rhs).epsilon(1e-12));
-      // Reflect keeps every output element's gradient (mass preserved); constant drops the padding.
+      // The modes that read the input again keep every output element's gradient (mass
+      // preserved); constant drops the padding.
       double mass_out = 0, mass_in = 0;
       for (double v : vg) mass_out += v;
       for (double v : vgi) mass_in += v;
-      if (mode == "reflect") CHECK(mass_in == doctest::Approx(mass_out).epsilon(1e-12));
+      if (mode != "constant") CHECK(mass_in == doctest::Approx(mass_out).epsilon(1e-12));
     }
   }
 }

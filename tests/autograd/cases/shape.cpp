@@ -1,6 +1,6 @@
 /*
  * Gradcheck cases of the shape ops: cat (and stack), index_select, index_add, gather,
- * scatter_add, tril, triu, flip, pad (constant and reflect), and the composite repeat.
+ * scatter_add, tril, triu, flip, pad (constant, reflect, replicate and circular), and the composite repeat.
  * Index tensors are made inside each case: they are constants, not checked inputs.
  * Second-order cases multiply the op's output by itself or by another input so that the first
  * derivative depends on the inputs.
@@ -91,6 +91,12 @@ Tensor index(std::initializer_list<int64_t> values, IntArrayRef shape) { return 
     {Op::pad, "reflect pad with a negative (cropping) side, transposed leaf",
      [] { return inputs(transposed_leaf(3, 5, 53)); },
      [](const Inputs& x) { return outputs(pad(x[0], {-1, 3}, "reflect") * 2.0); }},
+    {Op::pad, "replicate pad over two dims, second order through pad_backward",
+     [] { return inputs(leaf({1, 3, 4}, 54)); },
+     [](const Inputs& x) { return outputs(square(pad(x[0], {3, 2, 2, 1}, "replicate"))); }, kSecondOrder},
+    {Op::pad, "circular pad over two dims with a cropped side, transposed leaf, second order",
+     [] { return inputs(transposed_leaf(3, 5, 55)); },
+     [](const Inputs& x) { return outputs(square(pad(x[0], {-1, 3, 3, 2}, "circular"))); }, kSecondOrder},
     {Op::pad_backward, "pad_backward, reflect over two dims and constant with a crop",
      [] { return inputs(leaf({1, 6, 9}, 54), leaf({3, 5}, 55)); },
      [](const Inputs& x) {

@@ -237,7 +237,7 @@ TEST_CASE("shape: flip over several dims") {
   }
 }
 
-TEST_CASE("shape: pad, constant and reflect, 3-D and 4-D, and pad_backward") {
+TEST_CASE("shape: pad, constant, reflect, replicate and circular, 3-D and 4-D, and pad_backward") {
   LOOM_REQUIRE_GPU();
   for (DType dt : kAllDtypes) {
     CAPTURE(dt);
@@ -272,6 +272,16 @@ TEST_CASE("shape: pad, constant and reflect, 3-D and 4-D, and pad_backward") {
           return pad(in[0], {2, -1, 1, 1}, "reflect");
         },
         {values({2, 3, 5}, dt, 0.6)});
+    check(
+        [](const std::vector<Tensor>& in) {
+          return pad(in[0].permute({0, 1, 3, 2}), {2, 3, 1, -1}, "replicate");
+        },
+        {values({1, 2, 5, 4}, dt, 0.65)});
+    check(
+        [](const std::vector<Tensor>& in) {
+          return pad(in[0], {3, 1, -1, 2}, "circular");
+        },
+        {values({2, 3, 5}, dt, 0.68)});
   }
   // pad_backward called directly (reflect accumulates the mirrored elements), on a
   // non-contiguous grad_out; also through autograd above for the floating dtypes. It has no
@@ -283,6 +293,16 @@ TEST_CASE("shape: pad, constant and reflect, 3-D and 4-D, and pad_backward") {
           return pad_backward(in[0], {2, 3, 5}, {2, 1}, "reflect");
         },
         {values({2, 3, 8}, dt, 0.7)}, false);
+    check(
+        [](const std::vector<Tensor>& in) {
+          return pad_backward(in[0].transpose(1, 2), {2, 3, 5}, {2, 1, 1, 1}, "replicate");
+        },
+        {values({2, 8, 5}, dt, 0.75)}, false);
+    check(
+        [](const std::vector<Tensor>& in) {
+          return pad_backward(in[0], {2, 3, 5}, {4, -1}, "circular");
+        },
+        {values({2, 3, 8}, dt, 0.78)}, false);
     check(
         [](const std::vector<Tensor>& in) {
           return pad_backward(in[0].transpose(2, 3), {1, 2, 4, 5}, {2, 3, 1, 2}, "reflect");
