@@ -29,6 +29,10 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Con
              pair(options.padding));
   LOOM_CHECK(options.dilation.h >= 1 && options.dilation.w >= 1, "Conv2d: expected dilation >= 1, got ",
              pair(options.dilation));
+  LOOM_CHECK(options.padding_mode == "zeros" || options.padding_mode == "reflect" ||
+                 options.padding_mode == "replicate" || options.padding_mode == "circular",
+             "Conv2d: padding_mode must be 'zeros', 'reflect', 'replicate' or 'circular', got '",
+             options.padding_mode, "'");
   weight = register_parameter(
       "weight", empty({out_channels, in_channels / options.groups, kernel_size.h, kernel_size.w}));
   if (options.bias) bias = register_parameter("bias", empty({out_channels}));
@@ -53,8 +57,16 @@ Tensor Conv2d::forward(const Tensor& input) {
   const Tensor x = batched ? input : input.unsqueeze(0);
   LOOM_CHECK(x.size(1) == in_channels_, "Conv2d(", extra_repr(), "): expected ", in_channels_,
              " input channels, got input of shape ", input.sizes());
-  Tensor out = conv2d(x, weight, bias, options_.stride.array(), options_.padding.array(),
-                      options_.dilation.array(), options_.groups);
+  const Size2 p = options_.padding;
+  if (options_.padding_mode != "zeros") {
+    // pad names the dim and shape when the input is too small for the mode (reflect, circular).
+    Tensor padded = pad(x, {p.w, p.w, p.h, p.h}, options_.padding_mode);
+    Tensor out = conv2d(padded, weight, bias, options_.stride.array(), {0, 0}, options_.dilation.array(),
+                        options_.groups);
+    return batched ? out : out.squeeze(0);
+  }
+  Tensor out = conv2d(x, weight, bias, options_.stride.array(), p.array(), options_.dilation.array(),
+                      options_.groups);
   return batched ? out : out.squeeze(0);
 }
 
@@ -67,6 +79,7 @@ std::string Conv2d::extra_repr() const {
   if (options_.dilation != Size2(1)) s += ", dilation=" + options_.dilation.tuple_string();
   if (options_.groups != 1) s += ", groups=" + std::to_string(options_.groups);
   if (!bias.defined()) s += ", bias=False";
+  if (options_.padding_mode != "zeros") s += ", padding_mode=" + options_.padding_mode;
   return s;
 }
 

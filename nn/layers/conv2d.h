@@ -1,5 +1,5 @@
 /*
- * Conv2d, as torch.nn.Conv2d (zero padding): the same arguments, parameter names,
+ * Conv2d, as torch.nn.Conv2d: the same arguments (padding_mode included), parameter names,
  * initialisation and printing. The options that have defaults are a struct so that call
  * sites name them, as torch's keywords do: nn::Conv2d(3, 32, 5, {.padding = 2}).
  */
@@ -19,6 +19,9 @@ struct Conv2dOptions {
   Size2 dilation = 1;
   int64_t groups = 1;
   bool bias = true;
+  // "zeros" (the convolution's own padding), or "reflect", "replicate" or "circular": the input
+  // is padded by loom::pad first and the convolution runs unpadded, as torch does.
+  std::string padding_mode = "zeros";
 };
 
 class Conv2d : public Module {
@@ -26,7 +29,7 @@ class Conv2d : public Module {
   // weight [out_channels, in_channels / groups, kh, kw], bias [out_channels] (none when
   // !options.bias), both U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = in/groups * kh * kw,
   // as torch. Throws if groups does not divide both channel counts, or a kernel size, stride or
-  // dilation is below 1, or a padding is negative.
+  // dilation is below 1, a padding is negative, or padding_mode is none of the four.
   Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Conv2dOptions options = {});
 
   // [N, in_channels, H, W] -> [N, out_channels, Ho, Wo], or unbatched [C, H, W] -> [Cout, Ho, Wo],

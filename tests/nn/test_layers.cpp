@@ -238,6 +238,35 @@ TEST_CASE("layers/Linear matches torch, with and without bias") {
   CHECK(identity(x).is_same(x));
 }
 
+TEST_CASE("layers/Conv2d padding_mode reflect, replicate and circular match torch") {
+  // m = nn.Conv2d(1, 2, 3, stride=(1, 2), padding=(1, 2), padding_mode=mode); weight zero but
+  // weight[0,0,0,0] = weight[1,0,1,2] = 1; bias 0.5; m(arange(12.).view(1, 1, 3, 4))
+  const std::vector<std::pair<std::string, std::vector<double>>> cases = {
+      {"reflect", {6.5, 4.5, 6.5, 2.5, 0.5, 2.5, 6.5, 4.5, 6.5, 0.5, 2.5, 2.5, 4.5, 6.5, 6.5, 8.5, 10.5, 10.5}},
+      {"replicate", {0.5, 0.5, 2.5, 0.5, 0.5, 2.5, 4.5, 4.5, 6.5, 0.5, 2.5, 3.5, 4.5, 6.5, 7.5, 8.5, 10.5, 11.5}},
+      {"circular", {10.5, 8.5, 10.5, 2.5, 0.5, 2.5, 6.5, 4.5, 6.5, 0.5, 2.5, 0.5, 4.5, 6.5, 4.5, 8.5, 10.5, 8.5}}};
+  for (const auto& [mode, expected] : cases) {
+    CAPTURE(mode);
+    nn::Conv2d conv(1, 2, 3, {.stride = {1, 2}, .padding = {1, 2}, .padding_mode = mode});
+    Tensor w = zeros({2, 1, 3, 3});
+    w.data_ptr<float>()[0] = 1;      // [0, 0, 0, 0]
+    w.data_ptr<float>()[9 + 5] = 1;  // [1, 0, 1, 2]
+    conv.weight.detach().copy_(w);
+    conv.bias.detach().fill_(0.5);
+    CHECK(conv.extra_repr() == "1, 2, kernel_size=(3, 3), stride=(1, 2), padding=(1, 2), padding_mode=" + mode);
+    Tensor y = conv(arange(12, kFloat32).view({1, 1, 3, 4}));
+    CHECK(y.sizes() == IntArrayRef{1, 2, 3, 3});
+    CHECK(y.to_vector<double>() == expected);
+  }
+  CHECK_THROWS_WITH_AS(nn::Conv2d(1, 1, 3, {.padding_mode = "same"}),
+                       doctest::Contains("Conv2d: padding_mode must be 'zeros', 'reflect', 'replicate' or "
+                                         "'circular', got 'same'"),
+                       Error);
+  // A reflect pad as large as the input is refused by pad, naming it.
+  nn::Conv2d too_wide(1, 1, 3, {.padding = 3, .padding_mode = "reflect"});
+  CHECK_THROWS_WITH_AS(too_wide(zeros({1, 1, 3, 3})), doctest::Contains("reflect padding (3, 3)"), Error);
+}
+
 TEST_CASE("layers/Conv2d matches torch: stride and padding; groups, dilation and no bias") {
   // m = nn.Conv2d(2, 3, 3, stride=2, padding=1); fill(m, 1.0); m(pat((1, 2, 5, 5), 12.0, 1.0))
   nn::Conv2d conv(2, 3, 3, {.stride = 2, .padding = 1});
