@@ -72,8 +72,14 @@ PadMode parse_pad_mode(std::string_view mode, std::string_view op) {
   if (mode == "reflect") return PadMode::Reflect;
   if (mode == "replicate") return PadMode::Replicate;
   if (mode == "circular") return PadMode::Circular;
-  LOOM_FAIL(op, ": unknown padding mode '", mode, "' (expected 'constant', 'reflect', 'replicate' or 'circular')");
+  LOOM_FAIL(op, ": unknown padding mode '", mode,
+            "' (expected 'constant', 'reflect', 'replicate' or 'circular')");
 }
+// The kernels pass PadMode to pad_source as its kPad* code (the CUDA launchers cannot see PadMode).
+static_assert(static_cast<int>(PadMode::Constant) == kPadConstant &&
+              static_cast<int>(PadMode::Reflect) == kPadReflect &&
+              static_cast<int>(PadMode::Replicate) == kPadReplicate &&
+              static_cast<int>(PadMode::Circular) == kPadCircular);
 
 // Shape of `sizes` padded by `pads` ((left, right) pairs from the last dim), after checking
 // the pads: an even count, no more pairs than dims, a non-negative result, for reflect pads

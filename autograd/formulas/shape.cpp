@@ -85,7 +85,8 @@ void register_shape_formulas() {
   // the gradients of the elements read again back into the elements read (pad_backward).
   define_formula<Op::pad>(Save{}, [](const GradContext<PadAttrs>& c, const Grads& g) {
     const PadAttrs& a = c.attrs();
-    if (a.mode != PadMode::Constant) return Grads{pad_backward(g[0], c.input_sizes(0), a.pads, pad_mode_name(a.mode))};
+    if (a.mode != PadMode::Constant)
+      return Grads{pad_backward(g[0], c.input_sizes(0), a.pads, pad_mode_name(a.mode))};
     DimVector negated(a.pads);
     for (int64_t& p : negated) p = -p;
     return Grads{pad(g[0], negated)};

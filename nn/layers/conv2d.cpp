@@ -57,16 +57,13 @@ Tensor Conv2d::forward(const Tensor& input) {
   const Tensor x = batched ? input : input.unsqueeze(0);
   LOOM_CHECK(x.size(1) == in_channels_, "Conv2d(", extra_repr(), "): expected ", in_channels_,
              " input channels, got input of shape ", input.sizes());
+  // A padding mode other than zeros pads the input first (pad names the dim and shape when the
+  // input is too small for reflect or circular) and convolves it unpadded.
   const Size2 p = options_.padding;
-  if (options_.padding_mode != "zeros") {
-    // pad names the dim and shape when the input is too small for the mode (reflect, circular).
-    Tensor padded = pad(x, {p.w, p.w, p.h, p.h}, options_.padding_mode);
-    Tensor out = conv2d(padded, weight, bias, options_.stride.array(), {0, 0}, options_.dilation.array(),
-                        options_.groups);
-    return batched ? out : out.squeeze(0);
-  }
-  Tensor out = conv2d(x, weight, bias, options_.stride.array(), p.array(), options_.dilation.array(),
-                      options_.groups);
+  const bool zero_padding = options_.padding_mode == "zeros";
+  const Tensor in = zero_padding ? x : pad(x, {p.w, p.w, p.h, p.h}, options_.padding_mode);
+  Tensor out = conv2d(in, weight, bias, options_.stride.array(), zero_padding ? p.array() : Size2(0).array(),
+                      options_.dilation.array(), options_.groups);
   return batched ? out : out.squeeze(0);
 }
 
