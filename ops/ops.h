@@ -8,6 +8,7 @@
 #include "core/parallel.h"
 #include "core/random.h"
 #include "core/tensor.h"
+#include "ops/activation_ops.h"
 #include "ops/amp_ops.h"
 #include "ops/attention_ops.h"
 #include "ops/conv_pool.h"
