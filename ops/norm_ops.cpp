@@ -8,6 +8,7 @@
  */
 #include "ops/norm_ops.h"
 
+#include <cfloat>
 #include <cmath>
 #include <sstream>
 #include <utility>
@@ -16,9 +17,11 @@
 #include "ops/autograd_hook.h"
 #include "ops/copy_ops.h"
 #include "ops/dispatch.h"
+#include "ops/elementwise.h"
 #include "ops/factories.h"
 #include "ops/memory_format.h"
 #include "ops/op_utils.h"
+#include "ops/reduction.h"
 #include "ops/view_ops.h"
 
 namespace loom {
@@ -279,6 +282,46 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& grad_out, c
   }
   const DType param_dtype = weight.defined() ? weight.dtype() : x.dtype();
   return {grad_input, to(grad_weight, param_dtype), to(grad_bias, param_dtype)};
+}
+
+// ---- composites ------------------------------------------------------------------------------
+
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
+  LOOM_AUTOCAST_FP32(group_norm, x, num_groups, weight, bias, eps);
+  constexpr std::string_view op = "group_norm";
+  check_defined(x, op);
+  check_floating(x, op);
+  LOOM_CHECK(x.dim() >= 2, op, ": expected input [N, C, *] with at least 2 dims, got ", x.sizes());
+  const int64_t n = x.size(0), channels = x.size(1);
+  LOOM_CHECK(num_groups >= 1 && channels % num_groups == 0, op, ": expected num_groups to divide the ", channels,
+             " channels of input ", x.sizes(), ", got num_groups=", num_groups);
+  check_param(weight, x, {channels}, op, "weight");
+  check_param(bias, x, {channels}, op, "bias");
+  // Each (sample, group) is one row of layer_norm: its channels are consecutive, and with their
+  // positions they are contiguous in x [N, C, *].
+  const int64_t group_size = x.numel() == 0 ? 0 : x.numel() / (n * num_groups);
+  Tensor y = reshape(layer_norm(reshape(x, {n, num_groups, group_size}), {group_size}, {}, {}, eps), x.sizes());
+  DimVector per_channel(static_cast<size_t>(x.dim() - 1), 1);  // [C, 1, ...] broadcasts along dim 1
+  per_channel[0] = channels;
+  if (weight.defined()) y = mul(y, reshape(weight, per_channel));
+  if (bias.defined()) y = add(y, reshape(bias, per_channel));
+  return to(y, x.dtype());  // float32 parameters do not widen a 16-bit input's result
+}
+
+Tensor rms_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight, std::optional<double> eps) {
+  constexpr std::string_view op = "rms_norm";
+  check_defined(x, op);
+  check_floating(x, op);
+  layer_norm_rows(x, normalized_shape, op);  // throws unless x ends in normalized_shape
+  check_param(weight, x, normalized_shape, op, "weight");
+  const DType compute = stats_dtype(x.dtype());
+  const double e = eps ? *eps : (compute == kFloat64 ? DBL_EPSILON : FLT_EPSILON);
+  LOOM_CHECK(e >= 0, op, ": expected eps >= 0, got ", e);
+  DimVector dims;
+  for (int64_t d = x.dim() - static_cast<int64_t>(normalized_shape.size()); d < x.dim(); ++d) dims.push_back(d);
+  Tensor xc = to(x, compute);
+  Tensor out = to(mul(xc, rsqrt(add(mean(mul(xc, xc), dims, /*keepdim=*/true), e))), x.dtype());
+  return weight.defined() ? mul(out, weight) : out;
 }
 
 }  // namespace loom
