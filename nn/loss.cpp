@@ -8,6 +8,7 @@
 
 #include <string_view>
 
+#include "core/grad_mode.h"
 #include "ops/autocast.h"
 #include "ops/ops.h"
 
@@ -82,6 +83,24 @@ Tensor cross_entropy_probabilities(const Tensor& input, const Tensor& target, co
   return terms.sum().neg() / static_cast<double>(input.numel() / classes);
 }
 
+void check_weight_broadcasts(const Tensor& w, const Tensor& input, std::string_view op, std::string_view what) {
+  if (!w.defined()) return;
+  LOOM_CHECK(w.device() == input.device(), op, ": expected ", what, " on the input's device ", input.device(),
+             ", got ", w.device());
+  LOOM_CHECK(IntArrayRef(broadcast_shapes(w.sizes(), input.sizes(), op)) == input.sizes(), op, ": ", what,
+             " of shape ", w.sizes(), " does not broadcast to the input's shape ", input.sizes());
+}
+
+// max(log(p), -100), or max(log(1 - p), -100) (with log1p's accuracy for a small p) when
+// of_complement, whose gradient stays finite at the pole (p = 0, or 1): the log is taken of 1
+// there. A clamp alone would pass 0 to the log's gradient 1 / 0 = inf, and 0 * inf is NaN.
+Tensor clamped_log(const Tensor& p, bool of_complement) {
+  Tensor at_pole = p.eq(of_complement ? 1.0 : 0.0);
+  Tensor safe = where(at_pole, of_complement ? 0.0 : 1.0, p);
+  Tensor log = of_complement ? safe.neg().log1p() : safe.log();
+  return where(at_pole, -100.0, log.clamp(-100.0));
+}
+
 }  // namespace
 
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyOptions& options) {
@@ -109,6 +128,64 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   return loom::mse_loss(input, target, reduction);
 }
 
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  constexpr std::string_view op = "l1_loss";
+  check_inputs(input, target, op);
+  check_floating(input, op, "input");
+  check_same_shape(input, target, op);
+  return reduce((input - target).abs(), reduction);
+}
+
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
+  constexpr std::string_view op = "smooth_l1_loss";
+  check_inputs(input, target, op);
+  check_floating(input, op, "input");
+  check_same_shape(input, target, op);
+  LOOM_CHECK(beta >= 0, op, ": expected beta >= 0, got ", beta);
+  if (beta == 0) return l1_loss(input, target, reduction);  // the quadratic part has no width
+  Tensor d = input - target;
+  Tensor a = d.abs();
+  return reduce(where(a.lt(beta), d * d * (0.5 / beta), a - 0.5 * beta), reduction);
+}
+
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
+  constexpr std::string_view op = "huber_loss";
+  check_inputs(input, target, op);
+  check_floating(input, op, "input");
+  check_same_shape(input, target, op);
+  LOOM_CHECK(delta > 0, op, ": expected delta > 0, got ", delta);
+  Tensor d = input - target;
+  Tensor a = d.abs();
+  return reduce(where(a.lt(delta), d * d * 0.5, (a - 0.5 * delta) * delta), reduction);
+}
+
+
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction) {
+  // The logs of 16-bit probabilities lose too much: computed in float32 under autocast.
+  LOOM_AUTOCAST_FP32(binary_cross_entropy, input, target, weight, reduction);
+  constexpr std::string_view op = "binary_cross_entropy";
+  check_inputs(input, target, op);
+  check_floating(input, op, "input");
+  check_floating(target, op, "target");
+  check_same_shape(input, target, op);
+  check_weight_broadcasts(weight, input, op, "weight");
+  if (input.numel() > 0) {
+    // A probability outside [0, 1] (or NaN) would give NaN losses silently; torch's CPU kernel
+    // refuses it too. Reading the range back waits for the input on its device.
+    NoGradGuard no_grad;
+    const double lo = input.amin().item<double>(), hi = input.amax().item<double>();
+    LOOM_CHECK(lo >= 0 && hi <= 1, op, ": expected every element of input to be a probability in [0, 1], got "
+               "values in [", lo, ", ", hi, "] (binary_cross_entropy_with_logits takes logits)");
+  }
+  Tensor loss = (target * clamped_log(input, false) + (1.0 - target) * clamped_log(input, true)).neg();
+  if (weight.defined()) loss = loss * weight;
+  return reduce(loss, reduction);
+}
+
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BCELossOptions& options) {
+  return binary_cross_entropy(input, target, options.weight, options.reduction);
+}
+
 // softplus(-x) = log(1 + e^-x) as torch 1.13 writes it: m + log(e^-m + e^(-x-m)) with
 // m = max(-x, 0), so neither exponent is positive. The tidier m + log1p(e^-|x|) has the same
 // value but kinks at x = 0 in both |x| and m, where autograd's conventions (abs'(0) = 0,
@@ -123,15 +200,8 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
   check_floating(input, op, "input");
   check_floating(target, op, "target");
   check_same_shape(input, target, op);
-  auto check_broadcasts = [&](const Tensor& w, std::string_view what) {
-    if (!w.defined()) return;
-    LOOM_CHECK(w.device() == input.device(), op, ": expected ", what, " on the input's device ", input.device(),
-               ", got ", w.device());
-    LOOM_CHECK(IntArrayRef(broadcast_shapes(w.sizes(), input.sizes(), op)) == input.sizes(), op, ": ", what, " of shape ",
-               w.sizes(), " does not broadcast to the input's shape ", input.sizes());
-  };
-  check_broadcasts(weight, "weight");
-  check_broadcasts(pos_weight, "pos_weight");
+  check_weight_broadcasts(weight, input, op, "weight");
+  check_weight_broadcasts(pos_weight, input, op, "pos_weight");
 
   Tensor m = input.neg().clamp(0.0);
   Tensor softplus_neg = ((m.neg()).exp() + (input.neg() - m).exp()).log() + m;
@@ -211,6 +281,34 @@ Tensor NLLLoss::forward(const Tensor& input, const Tensor& target) {
 
 Tensor MSELoss::forward(const Tensor& input, const Tensor& target) {
   return functional::mse_loss(input, target, reduction_);
+}
+
+Tensor L1Loss::forward(const Tensor& input, const Tensor& target) {
+  return functional::l1_loss(input, target, reduction_);
+}
+
+SmoothL1Loss::SmoothL1Loss(Reduction reduction, double beta) : reduction_(reduction), beta_(beta) {
+  LOOM_CHECK(beta >= 0, "SmoothL1Loss: expected beta >= 0, got ", beta);
+}
+
+Tensor SmoothL1Loss::forward(const Tensor& input, const Tensor& target) {
+  return functional::smooth_l1_loss(input, target, reduction_, beta_);
+}
+
+HuberLoss::HuberLoss(Reduction reduction, double delta) : reduction_(reduction), delta_(delta) {
+  LOOM_CHECK(delta > 0, "HuberLoss: expected delta > 0, got ", delta);
+}
+
+Tensor HuberLoss::forward(const Tensor& input, const Tensor& target) {
+  return functional::huber_loss(input, target, reduction_, delta_);
+}
+
+BCELoss::BCELoss(BCELossOptions options) : options_(std::move(options)) {
+  if (options_.weight.defined()) register_buffer("weight", options_.weight);
+}
+
+Tensor BCELoss::forward(const Tensor& input, const Tensor& target) {
+  return functional::binary_cross_entropy(input, target, options_);
 }
 
 BCEWithLogitsLoss::BCEWithLogitsLoss(BCEWithLogitsLossOptions options) : options_(std::move(options)) {

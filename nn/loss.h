@@ -6,9 +6,10 @@
  * their own. The reduction is loom's Reduction (Mean, the default, Sum or None); kl_div takes
  * KLDivReduction, which adds torch's "batchmean" (the mathematically correct KL per sample).
  *
- * Unlike torch, mse_loss, binary_cross_entropy_with_logits and kl_div do not broadcast the
- * target: torch only warns about a mismatch, which is almost always a bug ([N, 1] against [N]
- * silently becomes [N, N]), so here it throws, naming both shapes.
+ * Unlike torch, the elementwise losses (mse, l1, smooth_l1, huber, the binary cross entropies
+ * and kl_div) do not broadcast the target: torch only warns about a mismatch, which is almost
+ * always a bug ([N, 1] against [N] silently becomes [N, N]), so here it throws, naming both
+ * shapes.
  */
 #pragma once
 
@@ -43,6 +44,11 @@ struct BCEWithLogitsLossOptions {
   Reduction reduction = Reduction::Mean;
 };
 
+struct BCELossOptions {
+  Tensor weight = {};  // rescales each element's loss; broadcast to the input's shape
+  Reduction reduction = Reduction::Mean;
+};
+
 struct KLDivLossOptions {
   KLDivReduction reduction = KLDivReduction::Mean;
   bool log_target = false;  // the target holds log-probabilities
@@ -66,6 +72,29 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossOptions&
 
 // (input - target)^2, reduced. input floating, target of the same shape (throws otherwise).
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+
+// |input - target|, reduced. input floating, target of the same shape (throws otherwise).
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+
+// With d = input - target: 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (Girshick's
+// Fast R-CNN loss); beta = 0 is l1_loss, as torch. Throws if beta < 0 or the shapes differ.
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                      double beta = 1.0);
+
+// With d = input - target: 0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta), which is
+// delta * smooth_l1_loss(beta = delta). Throws if delta <= 0 or the shapes differ.
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                  double delta = 1.0);
+
+// Binary cross entropy of probabilities: -weight (y log x + (1 - y) log(1 - x)), each log
+// clamped at -100 as torch does, so that x = 0 or 1 gives a finite loss. The gradient is the
+// clamped loss's own: (x - y) / (x (1 - x)) inside, 0 where a log is clamped (torch instead caps
+// x (1 - x) at 1e-12). Prefer binary_cross_entropy_with_logits, which is exact for saturated
+// logits. input and target floating of the same shape, input in [0, 1] (checked: throws,
+// naming the range found, which reads the tensor back from its device); weight broadcastable.
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = {},
+                            Reduction reduction = Reduction::Mean);
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BCELossOptions& options);
 
 // Binary cross entropy of sigmoid(input) against target in [0, 1], computed from the logits
 // without overflow: (1 - y) x + (1 + (p - 1) y) softplus(-x), times weight (p = pos_weight).
@@ -129,6 +158,64 @@ class MSELoss : public Module {
 
  private:
   Reduction reduction_;
+};
+
+class L1Loss : public Module {
+ public:
+  explicit L1Loss(Reduction reduction = Reduction::Mean) : reduction_(reduction) {}
+  using Module::forward;
+  using Module::operator();
+  Tensor forward(const Tensor& input, const Tensor& target);
+  Tensor operator()(const Tensor& input, const Tensor& target) { return forward(input, target); }
+  Reduction reduction() const { return reduction_; }
+
+ private:
+  Reduction reduction_;
+};
+
+// Throws if beta < 0.
+class SmoothL1Loss : public Module {
+ public:
+  explicit SmoothL1Loss(Reduction reduction = Reduction::Mean, double beta = 1.0);
+  using Module::forward;
+  using Module::operator();
+  Tensor forward(const Tensor& input, const Tensor& target);
+  Tensor operator()(const Tensor& input, const Tensor& target) { return forward(input, target); }
+  Reduction reduction() const { return reduction_; }
+  double beta() const { return beta_; }
+
+ private:
+  Reduction reduction_;
+  double beta_;
+};
+
+// Throws if delta <= 0.
+class HuberLoss : public Module {
+ public:
+  explicit HuberLoss(Reduction reduction = Reduction::Mean, double delta = 1.0);
+  using Module::forward;
+  using Module::operator();
+  Tensor forward(const Tensor& input, const Tensor& target);
+  Tensor operator()(const Tensor& input, const Tensor& target) { return forward(input, target); }
+  Reduction reduction() const { return reduction_; }
+  double delta() const { return delta_; }
+
+ private:
+  Reduction reduction_;
+  double delta_;
+};
+
+class BCELoss : public Module {
+ public:
+  explicit BCELoss(BCELossOptions options = {});
+  using Module::forward;
+  using Module::operator();
+  Tensor forward(const Tensor& input, const Tensor& target);
+  Tensor operator()(const Tensor& input, const Tensor& target) { return forward(input, target); }
+  const BCELossOptions& options() const { return options_; }
+
+ private:
+  BCELossOptions options_;
 };
 
 class BCEWithLogitsLoss : public Module {
