@@ -32,6 +32,16 @@ void check_floating(const Tensor& t, std::string_view op, std::string_view what)
   LOOM_CHECK(t.is_floating_point(), op, ": expected a floating-point ", what, ", got ", t.dtype());
 }
 
+// The checks every elementwise loss makes: defined, one device, a floating input (and target,
+// where it must be), and the same shape (no broadcasting, see loss.h).
+void check_elementwise_inputs(const Tensor& input, const Tensor& target, std::string_view op,
+                              bool floating_target) {
+  check_inputs(input, target, op);
+  check_floating(input, op, "input");
+  if (floating_target) check_floating(target, op, "target");
+  check_same_shape(input, target, op);
+}
+
 Tensor reduce(const Tensor& loss, Reduction reduction) {
   switch (reduction) {
     case Reduction::None:
@@ -130,17 +140,13 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   constexpr std::string_view op = "l1_loss";
-  check_inputs(input, target, op);
-  check_floating(input, op, "input");
-  check_same_shape(input, target, op);
+  check_elementwise_inputs(input, target, op, /*floating_target=*/false);
   return reduce((input - target).abs(), reduction);
 }
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
   constexpr std::string_view op = "smooth_l1_loss";
-  check_inputs(input, target, op);
-  check_floating(input, op, "input");
-  check_same_shape(input, target, op);
+  check_elementwise_inputs(input, target, op, /*floating_target=*/false);
   LOOM_CHECK(beta >= 0, op, ": expected beta >= 0, got ", beta);
   if (beta == 0) return l1_loss(input, target, reduction);  // the quadratic part has no width
   Tensor d = input - target;
@@ -150,24 +156,18 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
 
 Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
   constexpr std::string_view op = "huber_loss";
-  check_inputs(input, target, op);
-  check_floating(input, op, "input");
-  check_same_shape(input, target, op);
+  check_elementwise_inputs(input, target, op, /*floating_target=*/false);
   LOOM_CHECK(delta > 0, op, ": expected delta > 0, got ", delta);
   Tensor d = input - target;
   Tensor a = d.abs();
   return reduce(where(a.lt(delta), d * d * 0.5, (a - 0.5 * delta) * delta), reduction);
 }
 
-
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction) {
   // The logs of 16-bit probabilities lose too much: computed in float32 under autocast.
   LOOM_AUTOCAST_FP32(binary_cross_entropy, input, target, weight, reduction);
   constexpr std::string_view op = "binary_cross_entropy";
-  check_inputs(input, target, op);
-  check_floating(input, op, "input");
-  check_floating(target, op, "target");
-  check_same_shape(input, target, op);
+  check_elementwise_inputs(input, target, op, /*floating_target=*/true);
   check_weight_broadcasts(weight, input, op, "weight");
   if (input.numel() > 0) {
     // A probability outside [0, 1] (or NaN) would give NaN losses silently; torch's CPU kernel
@@ -196,10 +196,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
   // Exponentials and logs of 16-bit logits lose too much: computed in float32 under autocast.
   LOOM_AUTOCAST_FP32(binary_cross_entropy_with_logits, input, target, weight, pos_weight, reduction);
   constexpr std::string_view op = "binary_cross_entropy_with_logits";
-  check_inputs(input, target, op);
-  check_floating(input, op, "input");
-  check_floating(target, op, "target");
-  check_same_shape(input, target, op);
+  check_elementwise_inputs(input, target, op, /*floating_target=*/true);
   check_weight_broadcasts(weight, input, op, "weight");
   check_weight_broadcasts(pos_weight, input, op, "pos_weight");
 
@@ -224,10 +221,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
 Tensor kl_div(const Tensor& input, const Tensor& target, KLDivReduction reduction, bool log_target) {
   LOOM_AUTOCAST_FP32(kl_div, input, target, reduction, log_target);  // float32 under autocast, as torch
   constexpr std::string_view op = "kl_div";
-  check_inputs(input, target, op);
-  check_floating(input, op, "input");
-  check_floating(target, op, "target");
-  check_same_shape(input, target, op);
+  check_elementwise_inputs(input, target, op, /*floating_target=*/true);
   Tensor loss;
   if (log_target) {
     loss = target.exp() * (target - input);
