@@ -7,6 +7,7 @@
 #include "nn/loss.h"
 
 #include <string_view>
+#include <vector>
 
 #include "core/grad_mode.h"
 #include "ops/autocast.h"
@@ -171,9 +172,10 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Ten
   check_weight_broadcasts(weight, input, op, "weight");
   if (input.numel() > 0) {
     // A probability outside [0, 1] (or NaN) would give NaN losses silently; torch's CPU kernel
-    // refuses it too. Reading the range back waits for the input on its device.
+    // refuses it too. The range comes back in one copy, which waits for the input on its device.
     NoGradGuard no_grad;
-    const double lo = input.amin().item<double>(), hi = input.amax().item<double>();
+    const std::vector<double> range = stack({input.amin(), input.amax()}).to(kCPU).to_vector<double>();
+    const double lo = range[0], hi = range[1];
     LOOM_CHECK(lo >= 0 && hi <= 1, op, ": expected every element of input to be a probability in [0, 1], got "
                "values in [", lo, ", ", hi, "] (binary_cross_entropy_with_logits takes logits)");
   }
