@@ -256,6 +256,15 @@ class Tensor {
   Tensor logsumexp(IntArrayRef dims, bool keepdim = false) const;
   Tensor norm(double p = 2.0, IntArrayRef dims = {}, bool keepdim = false) const;
 
+  // ---- scans and sorting (ops/sort_ops.h) ----------------------------------------------
+  Tensor cumsum(int64_t dim, std::optional<DType> dtype = {}) const;
+  std::tuple<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false) const;  // values, indices
+  Tensor argsort(int64_t dim = -1, bool descending = false) const;
+  std::tuple<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) const;
+  std::tuple<Tensor, Tensor> kthvalue(int64_t k, int64_t dim = -1, bool keepdim = false) const;
+  Tensor median() const;
+  std::tuple<Tensor, Tensor> median(int64_t dim, bool keepdim = false) const;
+
   // ---- linear algebra and nn (ops/linalg.h, ops/nn_ops.h) -------------------------------
   Tensor matmul(const Tensor& other) const;
   Tensor mm(const Tensor& other) const;

@@ -164,6 +164,18 @@ using PadKernel = void (*)(const Tensor& out, const Tensor& in, IntArrayRef pads
 using PadBackwardKernel = void (*)(const Tensor& grad_input, const Tensor& grad_out, IntArrayRef pads,
                                    PadMode mode);
 
+// ---- scans and sorting: in and the outputs are contiguous, of one shape, along `dim` in
+// [0, rank) (0 for a 0-dim in).
+// cumsum: out[..., i, ...] = sum of in[..., j, ...] for j <= i, out of in's dtype (the ops layer
+// casts integers and bool to int64 first); 16-bit floats accumulate in float32, float32 and
+// float64 in float64.
+using ScanKernel = void (*)(const Tensor& out, const Tensor& in, int64_t dim);
+// sort: each line along dim in ascending (or descending) order, stably: equal elements keep
+// their order; NaN is greater than every number (last ascending, first descending). values
+// have in's dtype, indices are int64 positions along dim.
+using SortKernel = void (*)(const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim,
+                            bool descending);
+
 // ---- attention (flash_attention): q [N, L, E], k [N, S, E], v [N, S, Ev], out [N, L, Ev],
 // grad_out [N, L, Ev] contiguous, one floating dtype; logsumexp [N, L] contiguous in the stats
 // dtype (float32, float64 for float64 inputs); mask undefined or [N, L, S] in the stats dtype,

@@ -108,6 +108,12 @@ struct PadAttrs {
   double value = 0;
 };
 
+// sort: the dim (normalised) and the direction.
+struct SortAttrs {
+  int64_t dim = 0;
+  bool descending = false;
+};
+
 // flash_attention and its backward: the scale of the scores and whether the mask is causal.
 struct AttentionAttrs {
   double scale = 1.0;

@@ -22,4 +22,5 @@
 #include "ops/optim_ops.h"
 #include "ops/reduction.h"
 #include "ops/shape_ops.h"
+#include "ops/sort_ops.h"
 #include "ops/view_ops.h"

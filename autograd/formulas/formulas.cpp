@@ -18,6 +18,7 @@ void register_formulas() {
   register_nn_formulas();
   register_shape_formulas();
   register_attention_formulas();
+  register_sort_formulas();
 }
 
 Tensor sum_to(const Tensor& grad, IntArrayRef sizes) {

@@ -19,6 +19,7 @@ void register_norm_formulas();         // norm.cpp: batch_norm, layer_norm
 void register_nn_formulas();           // nn.cpp: softmax, log_softmax, nll_loss
 void register_shape_formulas();        // shape.cpp: cat, index ops, tril/triu, flip, pad
 void register_attention_formulas();    // attention.cpp: flash_attention
+void register_sort_formulas();         // sort.cpp: cumsum, sort
 
 // grad with a broadcast shape summed down to `sizes` (a no-op when the shapes agree).
 Tensor sum_to(const Tensor& grad, IntArrayRef sizes);

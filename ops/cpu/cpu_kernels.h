@@ -18,6 +18,7 @@ void register_shape_kernels();
 void register_amp_kernels();
 void register_optim_kernels();
 void register_attention_kernels();
+void register_sort_kernels();
 void register_int8_kernels();
 
 inline void register_cpu_kernels() {
@@ -33,6 +34,7 @@ inline void register_cpu_kernels() {
   register_amp_kernels();
   register_optim_kernels();
   register_attention_kernels();
+  register_sort_kernels();
   register_int8_kernels();
 }
 

@@ -103,6 +103,7 @@ void register_cuda_kernels() {
   register_amp_cuda_kernels();
   register_optim_cuda_kernels();
   register_attention_cuda_kernels();
+  register_sort_cuda_kernels();
   register_int8_cuda_kernels();
 }
 

@@ -21,6 +21,7 @@ void register_shape_cuda_kernels();        // cat, index_select/add, gather, sca
 void register_amp_cuda_kernels();          // amp_unscale_and_check_ (GradScaler)
 void register_optim_cuda_kernels();        // fused_adam_, fused_sgd_, foreach_norm_reduce, foreach_mul_
 void register_attention_cuda_kernels();    // flash_attention, flash_attention_backward
+void register_sort_cuda_kernels();         // cumsum, sort (sort.cu)
 void register_int8_cuda_kernels();         // int8_linear (cuBLASLt INT8), int8_im2col, int8_max_pool2d, (de)quantize
 
 }  // namespace loom::cuda
