@@ -8,10 +8,12 @@
  * weights that are left). So without replacement the sample is topk(w / E, n); with replacement
  * each of the n draws is the argmax over its own clocks. E = -log1p(-u) with u ~ U[0, 1) is
  * finite; a zero weight gets the key -inf, so it is never drawn while a positive weight is left.
- * With replacement this costs B x n x C keys, where an inverse-CDF search would cost B x C.
+ * With replacement this costs B x n x C random numbers, where an inverse-CDF search would need
+ * B x n; the keys are made in chunks of about 2^24.
  */
 #include "ops/sort_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -60,9 +62,17 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement, G
   const TensorOptions options = TensorOptions(key_dtype).device(w.device());
   Tensor samples;
   if (replacement) {
-    const Tensor clocks = neg(log1p(neg(rand({rows, num_samples, categories}, options, generator))));
+    // Draws in chunks of about 2^24 keys, so that many samples from a large vocabulary do not
+    // hold B x n x C keys at once.
+    const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 24) / (rows * categories));
     const Tensor weights = w.unsqueeze(1);
-    samples = argmax(where(gt(weights, 0), div(weights, clocks), -INFINITY), 2);
+    std::vector<Tensor> draws;
+    for (int64_t begin = 0; begin < num_samples; begin += chunk) {
+      const int64_t n = std::min(chunk, num_samples - begin);
+      const Tensor clocks = neg(log1p(neg(rand({rows, n, categories}, options, generator))));
+      draws.push_back(argmax(where(gt(weights, 0), div(weights, clocks), -INFINITY), 2));
+    }
+    samples = draws.size() == 1 ? draws[0] : cat(draws, 1);
   } else {
     const Tensor clocks = neg(log1p(neg(rand({rows, categories}, options, generator))));
     samples = std::get<1>(topk(where(gt(w, 0), div(w, clocks), -INFINITY), num_samples, 1));

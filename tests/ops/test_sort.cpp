@@ -306,6 +306,15 @@ TEST_CASE("multinomial with replacement draws each category in proportion to its
   CHECK(r.sizes() == IntArrayRef{2, 4000});
   check_frequencies(frequencies(r.select(0, 0), 4), {0, 0, 1, 0}, 4000);
   check_frequencies(frequencies(r.select(0, 1), 4), {1.0 / 7, 0, 3.0 / 7, 3.0 / 7}, 4000);
+  // 5000 draws over 4096 categories are made in two chunks of keys: uniform all the same (mean
+  // within 5 standard deviations, 4096 / sqrt(12 * 5000) each, of the middle).
+  const std::vector<int64_t> many = multinomial(ones({4096}), 5000, true, &gen).to_vector<int64_t>();
+  double mean = 0;
+  for (int64_t c : many) {
+    REQUIRE((c >= 0 && c < 4096));
+    mean += static_cast<double>(c) / 5000.0;
+  }
+  CHECK(std::abs(mean - 2047.5) <= 5 * 4096 / std::sqrt(12.0 * 5000));
   // The same generator state gives the same samples.
   Generator a(9), b(9);
   CHECK(multinomial(w.to(kBFloat16), 50, true, &a).to_vector<int64_t>() ==

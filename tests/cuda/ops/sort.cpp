@@ -37,7 +37,7 @@ Tensor make_weights() {
                     {3, 8}, kFloat32);
 }
 
-TEST_CASE("sort on CUDA matches the CPU for every dtype, dim and direction, ties included") {
+TEST_CASE("sort: sort matches the CPU for every dtype, dim and direction, ties included") {
   for (DType dt : kAllDtypes)
     for (int64_t dim : {0, 1, -1})
       for (bool descending : {false, true}) {
@@ -53,7 +53,7 @@ TEST_CASE("sort on CUDA matches the CPU for every dtype, dim and direction, ties
       }
 }
 
-TEST_CASE("sort on CUDA: NaN, non-contiguous, long, 0-dim and empty inputs") {
+TEST_CASE("sort: sort of NaN, non-contiguous, long (global scratch), 0-dim and empty inputs") {
   Tensor with_nan = pat({4, 33}, 1.1);
   with_nan = where(gt(with_nan, 0.3), std::nan(""), with_nan);
   for (bool descending : {false, true})
@@ -78,7 +78,7 @@ TEST_CASE("sort on CUDA: NaN, non-contiguous, long, 0-dim and empty inputs") {
   check_cuda_matches_cpu([&](const std::vector<Tensor>& in) { return sorted_of(in[0], 1); }, {pat({3, 0}, 4.0)});
 }
 
-TEST_CASE("argsort, topk, kthvalue and median on CUDA match the CPU") {
+TEST_CASE("sort: argsort, topk, kthvalue and median match the CPU") {
   const Tensor x = tied({5, 12}, kFloat32, 5.0);
   check_cuda_matches_cpu([](const std::vector<Tensor>& in) { return test::one(argsort(in[0], 1, true)); }, {x});
   for (bool largest : {true, false})
@@ -103,7 +103,7 @@ TEST_CASE("argsort, topk, kthvalue and median on CUDA match the CPU") {
       {with_nan});
 }
 
-TEST_CASE("cumsum on CUDA matches the CPU along every dim, for every dtype") {
+TEST_CASE("sort: cumsum matches the CPU along every dim, for every dtype, in one tile and several") {
   for (DType dt : kAllDtypes)
     for (int64_t dim : {0, 1, 2}) {
       CAPTURE(dt);
@@ -125,7 +125,7 @@ TEST_CASE("cumsum on CUDA matches the CPU along every dim, for every dtype") {
   check_cuda_matches_cpu([](const std::vector<Tensor>& in) { return test::one(cumsum(in[0], 0)); }, {pat({}, 10.0)});
 }
 
-TEST_CASE("multinomial on CUDA draws the same samples as the CPU from the same generator state") {
+TEST_CASE("sort: multinomial draws the same samples as the CPU from the same generator state") {
   const Tensor w = make_weights();
   for (bool replacement : {true, false}) {
     Generator cpu_gen(77), gpu_gen(77);
