@@ -11,8 +11,6 @@
  * With replacement this costs B x n x C random numbers, where an inverse-CDF search would need
  * B x n; the keys are made in chunks of about 2^24.
  */
-#include "ops/sort_ops.h"
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -23,6 +21,7 @@
 #include "ops/op_utils.h"
 #include "ops/reduction.h"
 #include "ops/shape_ops.h"
+#include "ops/sort_ops.h"
 #include "ops/view_ops.h"
 
 namespace loom {
@@ -37,16 +36,16 @@ void check_weights(const Tensor& w, int64_t num_samples, bool replacement) {
   LOOM_CHECK(!(s[0] < 0), "multinomial: weights must be non-negative, got ", s[0]);
   LOOM_CHECK(std::isfinite(s[1]), "multinomial: weights must be finite, got ", s[1]);
   LOOM_CHECK(s[2] > 0, "multinomial: a row of weights sums to 0 (shape ", w.sizes(), ")");
-  LOOM_CHECK(replacement || s[3] >= static_cast<double>(num_samples), "multinomial: cannot draw ", num_samples,
-             " samples without replacement from a row with ", s[3], " non-zero weights");
+  LOOM_CHECK(replacement || s[3] >= static_cast<double>(num_samples), "multinomial: cannot draw ",
+             num_samples, " samples without replacement from a row with ", s[3], " non-zero weights");
 }
 
 }  // namespace
 
 Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement, Generator* generator) {
   check_defined(probs, "multinomial");
-  LOOM_CHECK(probs.dim() == 1 || probs.dim() == 2, "multinomial: expected weights of shape [C] or [B, C], got ",
-             probs.sizes());
+  LOOM_CHECK(probs.dim() == 1 || probs.dim() == 2,
+             "multinomial: expected weights of shape [C] or [B, C], got ", probs.sizes());
   check_floating(probs, "multinomial");
   const int64_t categories = probs.sizes().back();
   LOOM_CHECK(categories > 0, "multinomial: expected at least one category, got shape ", probs.sizes());

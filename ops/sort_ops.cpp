@@ -96,8 +96,8 @@ std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool la
   check_defined(x, "topk");
   const int64_t d = wrap_dim(dim, x.dim(), "topk");
   const int64_t n = line_size(x, d);
-  LOOM_CHECK(k >= 0 && k <= n, "topk: k (", k, ") out of range [0, ", n, "] for dim ", d, " of input of shape ",
-             x.sizes());
+  LOOM_CHECK(k >= 0 && k <= n, "topk: k (", k, ") out of range [0, ", n, "] for dim ", d,
+             " of input of shape ", x.sizes());
   if (x.dim() == 0) {  // one element: itself (k = 1) or nothing
     auto [values, indices] = topk(reshape(x, {1}), k, 0, largest);
     return k == 1 ? std::tuple<Tensor, Tensor>{reshape(values, {}), reshape(indices, {})}
@@ -123,7 +123,8 @@ std::tuple<Tensor, Tensor> median(const Tensor& x, int64_t dim, bool keepdim) {
   check_defined(x, "median");
   const int64_t d = wrap_dim(dim, x.dim(), "median");
   const int64_t n = line_size(x, d);
-  LOOM_CHECK(n > 0, "median: expected a non-empty dim, but dim ", d, " has size 0 in input of shape ", x.sizes());
+  LOOM_CHECK(n > 0, "median: expected a non-empty dim, but dim ", d, " has size 0 in input of shape ",
+             x.sizes());
   if (x.dim() == 0) return sort(x, d, false);
   const int64_t lower = (n - 1) / 2;
   if (!x.is_floating_point()) return pick_sorted(x, d, lower, keepdim);

@@ -17,6 +17,8 @@
 #include "nn/layers/linear.h"
 #include "nn/layers/pooling.h"
 #include "nn/layers/rms_norm.h"
+#include "nn/layers/rnn.h"
+#include "nn/layers/rnn_cells.h"
 #include "nn/layers/size2.h"
 #include "nn/layers/transformer_block.h"
 #include "nn/module.h"

@@ -32,10 +32,9 @@ namespace {
 // The running-sum type: float64 for float32/float64, float32 for the 16-bit floats, uint64 for
 // integers (unsigned, so that overflow wraps instead of being undefined).
 template <class T>
-using scan_acc_t = std::conditional_t<std::is_integral_v<T>, uint64_t,
-                                      std::conditional_t<std::is_same_v<opmath_t<T>, float> &&
-                                                             !std::is_same_v<T, float>,
-                                                         float, double>>;
+using scan_acc_t = std::conditional_t<
+    std::is_integral_v<T>, uint64_t,
+    std::conditional_t<std::is_same_v<opmath_t<T>, float> && !std::is_same_v<T, float>, float, double>>;
 
 template <class T>
 T from_acc(scan_acc_t<T> acc) {
@@ -96,7 +95,8 @@ auto sort_key(T v) {
     return static_cast<opmath_t<T>>(v);
 }
 
-void sort_kernel(const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim, bool descending) {
+void sort_kernel(const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim,
+                 bool descending) {
   const DimGeometry g = geometry_around(in, dim);
   visit_dtype(in.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;

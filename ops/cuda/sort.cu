@@ -159,7 +159,8 @@ __device__ void bitonic_sort(T* keys, int64_t* pos, int64_t padded, int64_t size
 // positions then P keys per block.
 template <class T>
 __global__ void sort_kernel(T* values, int64_t* indices, const T* in, int64_t size, int64_t inner,
-                            int64_t line_begin, int64_t line_end, int64_t padded, bool descending, char* scratch) {
+                            int64_t line_begin, int64_t line_end, int64_t padded, bool descending,
+                            char* scratch) {
   char* base_bytes = scratch != nullptr
                          ? scratch + blockIdx.x * padded * static_cast<int64_t>(sizeof(int64_t) + sizeof(T))
                          : dynamic_shared<char>();
@@ -218,8 +219,8 @@ bool sort_fits_shared(int64_t size, int element_size) {
   return sort_scratch_bytes(size, element_size) <= kSortSharedBytes;
 }
 
-cudaError_t launch_sort(void* values, int64_t* indices, const void* in, int dtype, int64_t size, int64_t inner,
-                        int64_t line_begin, int64_t line_end, bool descending, void* scratch,
+cudaError_t launch_sort(void* values, int64_t* indices, const void* in, int dtype, int64_t size,
+                        int64_t inner, int64_t line_begin, int64_t line_end, bool descending, void* scratch,
                         cudaStream_t stream) {
   const int64_t lines = line_end - line_begin;
   if (lines <= 0 || size == 0) return cudaSuccess;
@@ -235,7 +236,8 @@ cudaError_t launch_sort(void* values, int64_t* indices, const void* in, int dtyp
     const unsigned blocks = static_cast<unsigned>(lines < max_blocks ? lines : max_blocks);
     const LaunchConfig config{dim3(blocks), dim3(static_cast<unsigned>(threads)), shared, stream};
     return launch<sort_kernel<T>>(config, static_cast<T*>(values), indices, static_cast<const T*>(in), size,
-                                  inner, line_begin, line_end, padded, descending, static_cast<char*>(scratch));
+                                  inner, line_begin, line_end, padded, descending,
+                                  static_cast<char*>(scratch));
   });
 }
 

@@ -31,14 +31,14 @@ void cumsum_kernel(const Tensor& out, const Tensor& in, int64_t dim) {
                                 g.inner, op_stream()));
 }
 
-void sort_kernel(const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim, bool descending) {
+void sort_kernel(const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim,
+                 bool descending) {
   const DimGeometry g = geometry_around(in, dim);
   const int element_size = static_cast<int>(in.element_size());
   const int64_t lines = g.outer * g.inner;
   const bool shared = sort_fits_shared(g.size, element_size);
   const int64_t per_line = sort_scratch_bytes(g.size, element_size);
-  const int64_t batch =
-      shared ? lines : std::clamp<int64_t>(kSortScratchBytes / per_line, 1, kMaxSortBlocks);
+  const int64_t batch = shared ? lines : std::clamp<int64_t>(kSortScratchBytes / per_line, 1, kMaxSortBlocks);
   Tensor scratch;
   if (!shared) scratch = empty({std::min(batch, lines) * per_line}, in.options().dtype(kUInt8));
   for (int64_t begin = 0; begin < lines; begin += batch) {

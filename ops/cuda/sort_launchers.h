@@ -26,8 +26,8 @@ int64_t sort_scratch_bytes(int64_t size, int element_size);
 // values, indices = lines [line_begin, line_end) of in ([outer, size, inner], lines numbered
 // outer-major) sorted along the middle dim by the order of ops/sort_order.h. `scratch` is
 // nullptr when sort_fits_shared, else (line_end - line_begin) * sort_scratch_bytes device bytes.
-cudaError_t launch_sort(void* values, int64_t* indices, const void* in, int dtype, int64_t size, int64_t inner,
-                        int64_t line_begin, int64_t line_end, bool descending, void* scratch,
+cudaError_t launch_sort(void* values, int64_t* indices, const void* in, int dtype, int64_t size,
+                        int64_t inner, int64_t line_begin, int64_t line_end, bool descending, void* scratch,
                         cudaStream_t stream);
 
 }  // namespace loom::cuda

@@ -29,7 +29,9 @@ std::vector<double> values_of(const Tensor& t) {
 
 struct Lines {
   int64_t outer = 1, size = 1, inner = 1;
-  int64_t at(int64_t line, int64_t i) const { return (line / inner) * size * inner + line % inner + i * inner; }
+  int64_t at(int64_t line, int64_t i) const {
+    return (line / inner) * size * inner + line % inner + i * inner;
+  }
   int64_t count() const { return outer * inner; }
 };
 
@@ -110,7 +112,8 @@ TEST_CASE("sort matches a stable reference along every dim, in both directions, 
   for (DType dtype : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt8, kUInt8, kInt32, kInt64, kBool}) {
     for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{9}, {3, 5}, {2, 3, 4}}) {
       std::vector<double> v = tied_values(shape_numel(shape), 7);
-      if (dtype == kUInt8 || dtype == kBool) for (double& x : v) x = std::abs(x) * 2;
+      if (dtype == kUInt8 || dtype == kBool)
+        for (double& x : v) x = std::abs(x) * 2;
       const Tensor x = make(v, shape, dtype);
       for (int64_t dim = -static_cast<int64_t>(shape.size()); dim < static_cast<int64_t>(shape.size()); ++dim)
         for (bool descending : {false, true}) check_sort(x, dim, descending);
@@ -137,10 +140,10 @@ TEST_CASE("sort orders NaN and infinities as PyTorch, ties stably") {
 
 TEST_CASE("sort of non-contiguous, expanded, long, 0-dim and empty inputs") {
   const Tensor base = make(tied_values(60, 11), {5, 12}, kFloat32);
-  check_sort(base.t(), 0, false);                          // transposed
+  check_sort(base.t(), 0, false);  // transposed
   check_sort(base.t(), 1, true);
-  check_sort(slice(base, 1, 1, 12, 3), -1, false);         // step-sliced
-  check_sort(base.select(1, 2).unsqueeze(1).expand({5, 4}), 1, true);  // stride 0 along the dim
+  check_sort(slice(base, 1, 1, 12, 3), -1, false);                           // step-sliced
+  check_sort(base.select(1, 2).unsqueeze(1).expand({5, 4}), 1, true);        // stride 0 along the dim
   check_sort(make(random_values(5000, 12), {2, 2500}, kFloat32), 1, false);  // long lines
   check_sort(make(tied_values(3000, 13), {3000, 1}, kBFloat16), 0, true);
 
@@ -223,13 +226,16 @@ TEST_CASE("cumsum matches a float64 running sum along every dim") {
       CHECK(y.dtype() == dtype);
       // One rounding of the exact sum to the dtype (the accumulator is wider than the result).
       const std::vector<double> want = running_sums(values_of(x), x.sizes(), dim < 0 ? dim + 3 : dim);
-      check_close(y, make(want, x.sizes(), dtype).to_vector<double>(), dtype == kFloat64 ? tol_for(dtype) : kExact);
+      check_close(y, make(want, x.sizes(), dtype).to_vector<double>(),
+                  dtype == kFloat64 ? tol_for(dtype) : kExact);
     }
   }
   const Tensor base = make(random_values(40, 32), {5, 8}, kFloat32);
-  check_close(cumsum(base.t(), 1), running_sums(values_of(base.t().contiguous()), {8, 5}, 1), tol_for(kFloat32));
+  check_close(cumsum(base.t(), 1), running_sums(values_of(base.t().contiguous()), {8, 5}, 1),
+              tol_for(kFloat32));
   const Tensor expanded = base.select(0, 1).unsqueeze(0).expand({3, 8});
-  check_close(expanded.cumsum(0), running_sums(values_of(expanded.contiguous()), {3, 8}, 0), tol_for(kFloat32));
+  check_close(expanded.cumsum(0), running_sums(values_of(expanded.contiguous()), {3, 8}, 0),
+              tol_for(kFloat32));
   CHECK(cumsum(scalar_tensor(2.0), 0).item<double>() == 2.0);
   CHECK(cumsum(zeros({0, 3}), 0).sizes() == IntArrayRef{0, 3});
 }
@@ -263,9 +269,13 @@ TEST_CASE("the sort family's errors name the op and the problem") {
   CHECK(error_of([&] { topk(x, 4); }).find("topk: k (4) out of range [0, 3]") != std::string::npos);
   CHECK(error_of([&] { topk(x, -1, 0); }).find("topk: k (-1) out of range [0, 2]") != std::string::npos);
   CHECK(error_of([&] { kthvalue(x, 0); }).find("kthvalue: k (0) out of range [1, 3]") != std::string::npos);
-  CHECK(error_of([&] { median(zeros({2, 0}), 1); }).find("median: expected a non-empty dim") != std::string::npos);
-  CHECK(error_of([&] { median(zeros({0})); }).find("median: expected a non-empty tensor") != std::string::npos);
-  CHECK(error_of([&] { argsort(Tensor()); }).find("argsort: input is an undefined tensor") != std::string::npos);
+  CHECK(error_of([&] {
+          median(zeros({2, 0}), 1);
+        }).find("median: expected a non-empty dim") != std::string::npos);
+  CHECK(error_of([&] { median(zeros({0})); }).find("median: expected a non-empty tensor") !=
+        std::string::npos);
+  CHECK(error_of([&] { argsort(Tensor()); }).find("argsort: input is an undefined tensor") !=
+        std::string::npos);
 }
 
 // ---- multinomial ------------------------------------------------------------------------------
@@ -347,19 +357,25 @@ TEST_CASE("multinomial without replacement draws distinct categories in the orde
 
 TEST_CASE("multinomial refuses weights that are not a distribution, naming the problem") {
   const Tensor ok = make({1, 2}, kFloat32);
-  CHECK(error_of([&] { multinomial(make({1, -1}, kFloat32), 1); }).find("weights must be non-negative") !=
-        std::string::npos);
-  CHECK(error_of([&] { multinomial(make({1, kNaN}, kFloat32), 1); }).find("weights must be finite") !=
-        std::string::npos);
-  CHECK(error_of([&] { multinomial(make({1, kInf}, kFloat64), 1); }).find("weights must be finite") !=
-        std::string::npos);
-  CHECK(error_of([&] { multinomial(make({1, 2, 0, 0}, {2, 2}, kFloat32), 1); }).find("sums to 0") !=
-        std::string::npos);
+  CHECK(error_of([&] {
+          multinomial(make({1, -1}, kFloat32), 1);
+        }).find("weights must be non-negative") != std::string::npos);
+  CHECK(error_of([&] {
+          multinomial(make({1, kNaN}, kFloat32), 1);
+        }).find("weights must be finite") != std::string::npos);
+  CHECK(error_of([&] {
+          multinomial(make({1, kInf}, kFloat64), 1);
+        }).find("weights must be finite") != std::string::npos);
+  CHECK(error_of([&] {
+          multinomial(make({1, 2, 0, 0}, {2, 2}, kFloat32), 1);
+        }).find("sums to 0") != std::string::npos);
   CHECK(error_of([&] { multinomial(ok, 3); }).find("cannot draw 3 samples without replacement from 2") !=
         std::string::npos);
-  CHECK(error_of([&] { multinomial(make({1, 0, 0}, kFloat32), 2); }).find("with 1 non-zero weights") !=
+  CHECK(error_of([&] {
+          multinomial(make({1, 0, 0}, kFloat32), 2);
+        }).find("with 1 non-zero weights") != std::string::npos);
+  CHECK(error_of([&] { multinomial(ok, 0, true); }).find("a positive number of samples") !=
         std::string::npos);
-  CHECK(error_of([&] { multinomial(ok, 0, true); }).find("a positive number of samples") != std::string::npos);
   CHECK(error_of([&] { multinomial(zeros({1, 1, 2}), 1); }).find("shape [C] or [B, C]") != std::string::npos);
   CHECK(error_of([&] { multinomial(make({1, 2}, kInt64), 1); }).find("floating-point") != std::string::npos);
 }

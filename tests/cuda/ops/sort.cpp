@@ -32,8 +32,8 @@ Tensor tied(IntArrayRef shape, DType dt, double seed) {
 // Unnormalised weights of 3 rows over 8 categories, some of them zero.
 Tensor make_weights() {
   return test::make({0.5, 0, 2, 1, 0, 3, 0.25, 1,  //
-                     1, 1, 1, 1, 1, 1, 1, 1,       //
-                     0, 0, 0, 9, 1, 2, 3, 0.1},
+                     1,   1, 1, 1, 1, 1, 1,    1,  //
+                     0,   0, 0, 9, 1, 2, 3,    0.1},
                     {3, 8}, kFloat32);
 }
 
@@ -67,20 +67,25 @@ TEST_CASE("sort: sort of NaN, non-contiguous, long (global scratch), 0-dim and e
     auto [v, i] = sort(x, dim);
     return std::vector<Tensor>{v, i};
   };
-  check_cuda_matches_cpu([&](const std::vector<Tensor>& in) { return sorted_of(in[0].t(), 1); }, {pat({9, 4}, 2.0)});
-  check_cuda_matches_cpu([&](const std::vector<Tensor>& in) { return sorted_of(in[0].slice(1, 0, 20, 3), 1); },
-                         {tied({3, 20}, kBFloat16, 2.5)});
+  check_cuda_matches_cpu([&](const std::vector<Tensor>& in) { return sorted_of(in[0].t(), 1); },
+                         {pat({9, 4}, 2.0)});
+  check_cuda_matches_cpu(
+      [&](const std::vector<Tensor>& in) { return sorted_of(in[0].slice(1, 0, 20, 3), 1); },
+      {tied({3, 20}, kBFloat16, 2.5)});
   // 5000 float32s: 8192 padded pairs, 96 KB, more than a block's shared memory: global scratch.
-  check_cuda_matches_cpu([&](const std::vector<Tensor>& in) { return sorted_of(in[0], 0); }, {pat({5000}, 3.0)});
+  check_cuda_matches_cpu([&](const std::vector<Tensor>& in) { return sorted_of(in[0], 0); },
+                         {pat({5000}, 3.0)});
   check_cuda_matches_cpu([&](const std::vector<Tensor>& in) { return sorted_of(in[0], 0); },
                          {tied({3000, 2}, kFloat64, 3.5)});
   check_cuda_matches_cpu([&](const std::vector<Tensor>& in) { return sorted_of(in[0], 0); }, {pat({}, 4.0)});
-  check_cuda_matches_cpu([&](const std::vector<Tensor>& in) { return sorted_of(in[0], 1); }, {pat({3, 0}, 4.0)});
+  check_cuda_matches_cpu([&](const std::vector<Tensor>& in) { return sorted_of(in[0], 1); },
+                         {pat({3, 0}, 4.0)});
 }
 
 TEST_CASE("sort: argsort, topk, kthvalue and median match the CPU") {
   const Tensor x = tied({5, 12}, kFloat32, 5.0);
-  check_cuda_matches_cpu([](const std::vector<Tensor>& in) { return test::one(argsort(in[0], 1, true)); }, {x});
+  check_cuda_matches_cpu([](const std::vector<Tensor>& in) { return test::one(argsort(in[0], 1, true)); },
+                         {x});
   for (bool largest : {true, false})
     check_cuda_matches_cpu(
         [&](const std::vector<Tensor>& in) {
@@ -114,15 +119,17 @@ TEST_CASE("sort: cumsum matches the CPU along every dim, for every dtype, in one
     }
   // Rows of 1500: three tiles of 512, each adding the carry of the tiles before.
   for (DType dt : {kFloat32, kBFloat16, kInt32})
-    check_cuda_matches_cpu([&](const std::vector<Tensor>& in) { return test::one(in[0].cumsum(1, kFloat64)); },
-                           {tied({2, 1500}, dt, 8.0)});
+    check_cuda_matches_cpu(
+        [&](const std::vector<Tensor>& in) { return test::one(in[0].cumsum(1, kFloat64)); },
+        {tied({2, 1500}, dt, 8.0)});
   check_cuda_matches_cpu([](const std::vector<Tensor>& in) { return test::one(cumsum(in[0], 1)); },
                          {pat({2, 1500}, 8.5)});
   check_cuda_matches_cpu([](const std::vector<Tensor>& in) { return test::one(cumsum(in[0].t(), 0)); },
                          {pat({6, 9}, 9.0)});
   check_cuda_matches_cpu([](const std::vector<Tensor>& in) { return test::one(cumsum(in[0], 0, kInt8)); },
                          {tied({300}, kInt32, 9.5) * 50});
-  check_cuda_matches_cpu([](const std::vector<Tensor>& in) { return test::one(cumsum(in[0], 0)); }, {pat({}, 10.0)});
+  check_cuda_matches_cpu([](const std::vector<Tensor>& in) { return test::one(cumsum(in[0], 0)); },
+                         {pat({}, 10.0)});
 }
 
 TEST_CASE("sort: multinomial draws the same samples as the CPU from the same generator state") {
