@@ -1,8 +1,9 @@
 /*
  * GPT (see gpt.h): construction with nanoGPT's initialisation, the forward pass, and
  * autoregressive sampling. Sampling draws from the categorical distribution by inverting its
- * cumulative sum with one uniform number per row — loom has no multinomial op, and one draw
- * per step over a vocabulary of tens of tokens is cheap on the CPU.
+ * cumulative sum on the host with one uniform number per row: one draw per step over a
+ * vocabulary of tens of tokens is cheap there, and it keeps the generate() streams of earlier
+ * releases (loom::multinomial, ops/sort_ops.h, draws with another method).
  */
 #include "nn/models/gpt.h"
 

@@ -38,6 +38,7 @@ Tensor make_weights() {
 }
 
 TEST_CASE("sort: sort matches the CPU for every dtype, dim and direction, ties included") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : kAllDtypes)
     for (int64_t dim : {0, 1, -1})
       for (bool descending : {false, true}) {
@@ -54,6 +55,7 @@ TEST_CASE("sort: sort matches the CPU for every dtype, dim and direction, ties i
 }
 
 TEST_CASE("sort: sort of NaN, non-contiguous, long (global scratch), 0-dim and empty inputs") {
+  LOOM_REQUIRE_GPU();
   Tensor with_nan = pat({4, 33}, 1.1);
   with_nan = where(gt(with_nan, 0.3), std::nan(""), with_nan);
   for (bool descending : {false, true})
@@ -83,6 +85,7 @@ TEST_CASE("sort: sort of NaN, non-contiguous, long (global scratch), 0-dim and e
 }
 
 TEST_CASE("sort: argsort, topk, kthvalue and median match the CPU") {
+  LOOM_REQUIRE_GPU();
   const Tensor x = tied({5, 12}, kFloat32, 5.0);
   check_cuda_matches_cpu([](const std::vector<Tensor>& in) { return test::one(argsort(in[0], 1, true)); },
                          {x});
@@ -109,6 +112,7 @@ TEST_CASE("sort: argsort, topk, kthvalue and median match the CPU") {
 }
 
 TEST_CASE("sort: cumsum matches the CPU along every dim, for every dtype, in one tile and several") {
+  LOOM_REQUIRE_GPU();
   for (DType dt : kAllDtypes)
     for (int64_t dim : {0, 1, 2}) {
       CAPTURE(dt);
@@ -133,6 +137,7 @@ TEST_CASE("sort: cumsum matches the CPU along every dim, for every dtype, in one
 }
 
 TEST_CASE("sort: multinomial draws the same samples as the CPU from the same generator state") {
+  LOOM_REQUIRE_GPU();
   const Tensor w = make_weights();
   for (bool replacement : {true, false}) {
     Generator cpu_gen(77), gpu_gen(77);
