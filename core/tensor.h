@@ -280,6 +280,7 @@ class Tensor {
   Tensor triu(int64_t diagonal = 0) const;
   Tensor repeat(IntArrayRef repeats) const;
   Tensor flip(IntArrayRef dims) const;
+  Tensor roll(IntArrayRef shifts, IntArrayRef dims = {}) const;
 
   // ---- autograd (autograd/tensor_autograd.cpp; a program that calls these links loom_autograd)
   // Whether ops on this tensor are recorded for backward: a leaf that asked for it, or the

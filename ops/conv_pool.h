@@ -25,6 +25,25 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, IntAr
 std::tuple<Tensor, Tensor> conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, IntArrayRef weight_sizes,
                                                   bool with_bias, const Conv2dParams& params);
 
+// 1-D convolution (torch.nn.functional.conv1d), as conv2d over [N, C, 1, L]: x [N, Cin, L] (or
+// unbatched [Cin, L]), weight [Cout, Cin/groups, k], bias undefined or [Cout] -> [N, Cout, Lo].
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, int64_t stride = 1, int64_t padding = 0,
+              int64_t dilation = 1, int64_t groups = 1);
+
+// Transposed convolution (torch.nn.functional.conv_transpose2d), the adjoint of conv2d with the
+// same parameters, computed by conv2d's input-gradient kernel: x [N, Cin, H, W] (or unbatched
+// [Cin, H, W]), weight [Cin, Cout/groups, kh, kw], bias undefined or [Cout] -> [N, Cout, Ho, Wo],
+// Ho = (H - 1) stride - 2 padding + dilation (kh - 1) + output_padding + 1. Throws if an
+// output_padding is not smaller than its stride (torch also allows one below the dilation), or
+// for conv2d's reasons.
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
+                        std::array<int64_t, 2> stride = {1, 1}, std::array<int64_t, 2> padding = {0, 0},
+                        std::array<int64_t, 2> output_padding = {0, 0}, int64_t groups = 1,
+                        std::array<int64_t, 2> dilation = {1, 1});
+// The same in 1-D: x [N, Cin, L] (or [Cin, L]), weight [Cin, Cout/groups, k] -> [N, Cout, Lo].
+Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, int64_t stride = 1,
+                        int64_t padding = 0, int64_t output_padding = 0, int64_t groups = 1, int64_t dilation = 1);
+
 // stride defaults to kernel_size (as torch) when left empty ({0, 0})
 Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel_size, std::array<int64_t, 2> stride = {0, 0},
                   std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> dilation = {1, 1},

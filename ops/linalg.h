@@ -6,8 +6,10 @@
  */
 #pragma once
 
+#include <string_view>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "core/tensor.h"
 #include "ops/kernel_types.h"
@@ -19,6 +21,14 @@ Tensor mm(const Tensor& a, const Tensor& b);   // [M, K] x [K, N] -> [M, N]
 Tensor bmm(const Tensor& a, const Tensor& b);  // [B, M, K] x [B, K, N] -> [B, M, N]
 // x [*, in] , weight [out, in], bias undefined or [out] -> [*, out]  (x W^T + b)
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
+// Einstein summation, as torch.einsum: "ij,jk->ik"; without "->" the output is the labels that
+// appear once, in alphabetical order; "..." stands for broadcast dims; a label repeated within
+// one operand takes its diagonal ("ii->i", "ii" the trace). Operands are contracted left to
+// right, each pair with one bmm (so autocast runs them in lower precision). Throws naming the
+// equation for a malformed equation, a wrong number of operands or of dims, and sizes that
+// disagree for one label.
+Tensor einsum(std::string_view equation, const std::vector<Tensor>& operands);
 // activation(linear(x, weight, bias)), one op: x [*, in], weight [out, in], bias undefined or
 // [out] -> [*, out]. On the CPU the numbers are exactly linear's followed by relu / gelu (erf) /
 // gelu(tanh); on CUDA the tanh GELU runs in cuBLASLt's epilogue (GELU_AUX_BIAS), and relu and the

@@ -351,6 +351,27 @@ Tensor flip(const Tensor& x, IntArrayRef dims) {
   return out;
 }
 
+Tensor roll(const Tensor& x, IntArrayRef shifts, IntArrayRef dims) {
+  check_defined(x, "roll");
+  if (dims.empty()) {
+    LOOM_CHECK(shifts.size() == 1, "roll: without dims, expected one shift, got ", shifts.size());
+    return reshape(roll(reshape(x, {-1}), shifts, {0}), x.sizes());
+  }
+  LOOM_CHECK(shifts.size() == dims.size(), "roll: expected one shift per dim, got ", shifts.size(),
+             " shifts and ", dims.size(), " dims");
+  // Two slices joined the other way round, one dim at a time: composed of slice and cat, so
+  // every device and autograd take it as it is.
+  Tensor out = x;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const int64_t d = wrap_dim(dims[i], x.dim(), "roll");
+    const int64_t n = x.dim() == 0 ? 1 : x.size(d);
+    const int64_t s = n == 0 ? 0 : ((shifts[i] % n) + n) % n;
+    if (s == 0 || x.dim() == 0) continue;
+    out = cat({slice(out, d, n - s, n), slice(out, d, 0, n - s)}, d);
+  }
+  return out.is_same(x) ? clone(x) : out;
+}
+
 Tensor pad(const Tensor& x, IntArrayRef pads, std::string_view mode, double value) {
   check_defined(x, "pad");
   const PadMode m = parse_pad_mode(mode, "pad");
@@ -428,6 +449,9 @@ Tensor Tensor::repeat(IntArrayRef repeats) const {
 }
 Tensor Tensor::flip(IntArrayRef dims) const {
   return loom::flip(*this, dims);
+}
+Tensor Tensor::roll(IntArrayRef shifts, IntArrayRef dims) const {
+  return loom::roll(*this, shifts, dims);
 }
 
 }  // namespace loom

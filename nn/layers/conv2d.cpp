@@ -3,9 +3,7 @@
  */
 #include "nn/layers/conv2d.h"
 
-#include <cmath>
-
-#include "nn/init.h"
+#include "nn/layers/conv_init.h"
 #include "nn/layers/repr.h"
 #include "ops/ops.h"
 
@@ -40,13 +38,7 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Con
 }
 
 void Conv2d::reset_parameters() {
-  // As Linear: kaiming_uniform_(a = sqrt(5)) is U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
-  init::kaiming_uniform_(weight, std::sqrt(5.0));
-  if (bias.defined()) {
-    const int64_t fan_in = init::fan_in_and_fan_out(weight).first;
-    const double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
-    init::uniform_(bias, -bound, bound);
-  }
+  detail::reset_conv_parameters(weight, bias);
 }
 
 Tensor Conv2d::forward(const Tensor& input) {

@@ -702,3 +702,22 @@ TEST_CASE("pad_backward rejects a grad_out of the wrong shape") {
       doctest::Contains("pad_backward: reflect padding (2, 1) of dim 1 must be smaller than its size 1"),
       Error);
 }
+
+TEST_CASE("roll shifts along dims with wrap-around, as torch.roll") {
+  const Tensor x = arange(0, 12, 1, TensorOptions(kFloat32)).reshape({3, 4});
+  // torch.roll(x, 1, 1), torch.roll(x, -1, 0), torch.roll(x, (1, 5), (0, 1)), torch.roll(x, 2).
+  check_close(roll(x, {1}, {1}), {3, 0, 1, 2, 7, 4, 5, 6, 11, 8, 9, 10});
+  check_close(x.roll({-1}, {0}), {4, 5, 6, 7, 8, 9, 10, 11, 0, 1, 2, 3});
+  check_close(roll(x, {1, 5}, {0, 1}), {11, 8, 9, 10, 3, 0, 1, 2, 7, 4, 5, 6});
+  check_close(roll(x, {2}), {10, 11, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+  check_close(roll(x.t(), {1}, {-1}), {8, 0, 4, 9, 1, 5, 10, 2, 6, 11, 3, 7});  // a transposed input
+  // A shift of a whole turn is a copy, not the same tensor.
+  const Tensor same = roll(x, {4}, {1});
+  check_close(same, values(x));
+  CHECK(!same.is_same(x));
+  CHECK(roll(zeros({0, 3}), {2}, {0}).sizes() == IntArrayRef{0, 3});
+  CHECK(error_of([&] { roll(x, {1, 2}, {0}); }).find("roll: expected one shift per dim, got 2 shifts and 1 dims") !=
+        std::string::npos);
+  CHECK(error_of([&] { roll(x, {1, 2}); }).find("roll: without dims, expected one shift") != std::string::npos);
+  CHECK(error_of([&] { roll(x, {1}, {2}); }).find("roll: dim 2 out of range") != std::string::npos);
+}

@@ -1,10 +1,11 @@
 /*
  * The composite activations, norms and losses on CUDA against the CPU: leaky_relu, elu, selu,
  * celu, softplus, hardtanh, relu6, hardsigmoid, hardswish, mish, log_sigmoid, softsign and
- * prelu; group_norm and rms_norm (the losses composed the same way are in
- * tests/cuda/test_cuda_losses.cpp, which links nn). They have no kernels of their own, so what this checks is that every op they are made of runs on CUDA
- * with the CPU's semantics (the comparisons and selects at the kinks included), forward and
- * backward, for every floating dtype, on values that cross each kink.
+ * prelu; group_norm and rms_norm; einsum, roll, conv1d, conv_transpose2d and conv_transpose1d
+ * (the losses composed the same way are in tests/cuda/test_cuda_losses.cpp, which links nn).
+ * They have no kernels of their own, so what this checks is that every op they are made of runs
+ * on CUDA with the CPU's semantics (the comparisons and selects at the kinks included), forward
+ * and backward, for every floating dtype, on values that cross each kink.
  */
 #include <functional>
 #include <string>
@@ -68,6 +69,38 @@ TEST_CASE("group_norm and rms_norm match the CPU, forward and backward, with the
           return rms_norm(in[0], {2, 3}, in[1]);
         },
         {pat({4, 2, 3}, 0.9, 3.0).to(dt), (pat({2, 3}, 1.7, 0.5) + 1.0).to(dt)});
+  }
+}
+
+TEST_CASE("einsum, roll, conv1d and the transposed convolutions match the CPU, forward and backward") {
+  LOOM_REQUIRE_GPU();
+  for (DType dt : {kFloat32, kBFloat16}) {
+    INFO(label("einsum", dt));
+    check_cuda_matches_cpu(
+        [](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{einsum("bij,bjk->bik", {in[0], in[1]}), einsum("...ii->...i", {in[2]}),
+                                     einsum("ij,jk,k->i", {in[0].select(0, 0), in[1].select(0, 1), in[3]})};
+        },
+        {pat({2, 3, 4}, 0.1).to(dt), pat({2, 4, 5}, 0.2).to(dt), pat({2, 3, 3}, 0.3).to(dt), pat({5}, 0.4).to(dt)});
+    INFO(label("roll", dt));
+    check_cuda_matches_cpu([](const std::vector<Tensor>& in) { return roll(in[0], {2, -1}, {0, 2}); },
+                           {pat({3, 2, 5}, 0.5).to(dt)});
+  }
+  for (DType dt : cuda_float_dtypes()) {
+    INFO(label("conv1d", dt));
+    check_cuda_matches_cpu(
+        [](const std::vector<Tensor>& in) { return conv1d(in[0], in[1], in[2], 2, 1, 2, 2); },
+        {pat({2, 4, 9}, 0.6).to(dt), pat({6, 2, 3}, 0.7).to(dt), pat({6}, 0.8).to(dt)});
+    INFO(label("conv_transpose2d", dt));
+    check_cuda_matches_cpu(
+        [](const std::vector<Tensor>& in) {
+          return conv_transpose2d(in[0], in[1], in[2], {2, 2}, {1, 0}, {1, 1}, 2, {1, 2});
+        },
+        {pat({2, 4, 3, 4}, 0.9).to(dt), pat({4, 3, 3, 2}, 1.0).to(dt), pat({6}, 1.1).to(dt)});
+    INFO(label("conv_transpose1d", dt));
+    check_cuda_matches_cpu(
+        [](const std::vector<Tensor>& in) { return conv_transpose1d(in[0], in[1], Tensor(), 3, 1, 2); },
+        {pat({3, 5}, 1.2).to(dt), pat({3, 2, 4}, 1.3).to(dt)});
   }
 }
 
